@@ -1,0 +1,195 @@
+"""``gpupipe`` command line: run | validate | explain | stages | schema."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from gpupipe import __version__
+from gpupipe.errors import GpupipeError, SpecError
+
+
+def _load(args):
+    from gpupipe.pipeline import Pipeline
+
+    return Pipeline.from_yaml(args.pipeline, overrides=args.set)
+
+
+def cmd_run(args) -> int:
+    from gpupipe.spec import AddressClusterSpec, SchedulerFileClusterSpec
+
+    overrides = list(args.set or [])
+    if args.output:
+        overrides.append(f"output.path={args.output}")
+    if args.overwrite:
+        overrides.append("output.overwrite=true")
+    args.set = overrides
+    pipeline = _load(args)
+    if args.address:
+        pipeline = pipeline.model_copy(update={"cluster": AddressClusterSpec(kind="address",
+                                                                            address=args.address)})
+    elif args.scheduler_file:
+        pipeline = pipeline.model_copy(update={"cluster": SchedulerFileClusterSpec(
+            kind="scheduler_file", path=args.scheduler_file)})
+    result = pipeline.run(workers=args.workers, progress=False if args.no_progress else None)
+    print(result.table())
+    acc = result.summary["accounting"]
+    out = result.summary["output"]
+    print(f"records in {acc['records_in']:,} = kept {acc['docs_out']:,} + dropped "
+          f"{acc['dropped']:,} + rejected {acc['rejected']:,}")
+    print(f"output: {out['data']}  ({out['docs']:,} documents in {out['partitions']} Parquet "
+          f"file(s))\nstats:  {out['path']}/run.json   ({result.summary['seconds']:.1f}s)")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    pipeline = _load(args)
+    print(f"{args.pipeline}: valid — {len(pipeline.stages)} stage(s): "
+          f"{', '.join(s.stage_name for s in pipeline.stages) or 'none'}")
+    if args.resolved:
+        print(pipeline.to_yaml(), end="")
+    return 0
+
+
+def cmd_explain(args) -> int:
+    print(_load(args).explain())
+    return 0
+
+
+def cmd_stages(args) -> int:
+    import dataclasses
+
+    from gpupipe.registry import all_stages
+
+    stages = all_stages()
+    if args.json:
+        out = {}
+        for name, cls in stages.items():
+            out[name] = {"kind": cls.kind, "summary": cls.summary(), "reasons": list(cls.reasons),
+                         "parameters": {f.name: _default(f) for f in dataclasses.fields(cls)}}
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    from pydantic import TypeAdapter
+
+    if args.name and args.name not in stages:
+        from gpupipe.registry import get_stage
+
+        get_stage(args.name)  # raises with a did-you-mean suggestion
+    for name, cls in stages.items():
+        if args.name and name != args.name:
+            continue
+        print(f"{name}  [{cls.kind}]  {cls.summary()}")
+        props = TypeAdapter(cls).json_schema().get("properties", {})
+        for f in dataclasses.fields(cls):
+            print(f"    {f.name}: {_type_name(props.get(f.name, {}))} = {_default(f)!r}")
+        if cls.reasons:
+            print(f"    drop reasons: {', '.join(cls.reasons)}")
+        print()
+    return 0
+
+
+def _default(f):
+    import dataclasses
+
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return "<required>"
+
+
+def _type_name(prop: dict) -> str:
+    """A short type description from a JSON Schema property: 'integer >= 0 | null'."""
+    if "anyOf" in prop:
+        return " | ".join(_type_name(p) for p in prop["anyOf"])
+    if "enum" in prop:
+        return " | ".join(repr(v) for v in prop["enum"])
+    if "const" in prop:
+        return repr(prop["const"])
+    name = prop.get("type", "any")
+    for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<=")):
+        if key in prop:
+            name += f" {op} {prop[key]}"
+    return name
+
+
+def cmd_schema(args) -> int:
+    from gpupipe.spec import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="gpupipe", description="LLM training-data pipelines on "
+                                 "pandas or cuDF, distributed with Dask.")
+    ap.add_argument("--version", action="version", version=f"gpupipe {__version__}")
+    ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_pipeline(p):
+        p.add_argument("pipeline", help="pipeline file (YAML)")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override a value, e.g. --set length_filter.min_words=50 "
+                            "or --set input.on_error=skip (repeatable)")
+        return p
+
+    p = with_pipeline(sub.add_parser("run", help="run a pipeline"))
+    p.add_argument("-o", "--output", help="run directory (overrides output.path)")
+    p.add_argument("-w", "--workers", type=int, help="local cluster worker processes")
+    p.add_argument("--overwrite", action="store_true", help="start over instead of resuming")
+    p.add_argument("--address", help="attach to a running Dask scheduler at this address")
+    p.add_argument("--scheduler-file", help="attach to a Dask scheduler via its scheduler file")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
+
+    p = with_pipeline(sub.add_parser("validate", help="check a pipeline file without running it"))
+    p.add_argument("--resolved", action="store_true", help="print it with every default filled in")
+    p.set_defaults(func=cmd_validate)
+
+    p = with_pipeline(sub.add_parser("explain", help="show the execution plan"))
+    p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("stages", help="list registered stages, parameters and drop reasons")
+    p.add_argument("name", nargs="?", help="show only this stage")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_stages)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of pipeline files")
+    p.set_defaults(func=cmd_schema)
+    return ap
+
+
+def _configure_logging(verbose: bool) -> None:
+    import dask
+
+    # distributed installs its own handlers at import, from this config: keep it quiet unless -v
+    dask.config.set({"logging.distributed": "info" if verbose else "error"})
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    log = logging.getLogger("gpupipe")
+    log.handlers[:] = [handler]
+    log.setLevel(logging.DEBUG if verbose else logging.INFO)
+    log.propagate = False
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _configure_logging(args.verbose)
+    try:
+        return args.func(args)
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except GpupipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted — run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

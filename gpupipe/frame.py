@@ -1,0 +1,49 @@
+"""The canonical partition: a dataframe with string columns ``id`` and ``text`` (plus columns stages
+add). This module is where pandas <-> Arrow conversions live, so stages stay columnar and dtypes
+are the same at every stage boundary (Dask's ``string[pyarrow]``, missing values as ``pd.NA``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+ID = "id"
+TEXT = "text"
+STRING = pd.StringDtype("pyarrow")
+
+
+def from_arrow(table: pa.Table) -> pd.DataFrame:
+    """A pandas partition from an Arrow table, with Arrow-backed ``string`` columns."""
+    mapping = {pa.string(): STRING, pa.large_string(): STRING}
+    return table.to_pandas(types_mapper=mapping.get, self_destruct=False)
+
+
+def to_arrow(df: pd.DataFrame) -> pa.Table:
+    return pa.Table.from_pandas(df, preserve_index=False)
+
+
+def empty_frame(extra: dict[str, str] | None = None) -> pd.DataFrame:
+    """A zero-row canonical partition (Dask ``meta``)."""
+    cols = {ID: pd.Series([], dtype=STRING), TEXT: pd.Series([], dtype=STRING)}
+    for name, dtype in (extra or {}).items():
+        cols[name] = pd.Series([], dtype=STRING if dtype == "string" else dtype)
+    return pd.DataFrame(cols)
+
+
+def text_array(series: pd.Series) -> pa.Array | pa.ChunkedArray:
+    """The Arrow array behind a string column (zero-copy for Arrow-backed columns)."""
+    return pa.array(series, type=pa.large_string(), from_pandas=True)
+
+
+def string_series(values: pa.Array | pa.ChunkedArray, index: pd.Index) -> pd.Series:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    return pd.Series(pd.arrays.ArrowStringArray(values), index=index)
+
+
+def utf8_bytes(series: pd.Series) -> int:
+    """Total UTF-8 size of a string column in bytes."""
+    if len(series) == 0:
+        return 0
+    return int(pc.sum(pc.binary_length(text_array(series))).as_py() or 0)

@@ -1,0 +1,172 @@
+"""JSON Lines reader (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``): one partition per file.
+
+Fast path: Arrow's JSON parser over the whole file. When that path meets anything unusual
+(bad UTF-8, a malformed line, a missing or non-string ``text``, a numeric id), the file is parsed
+again line by line so that every record is either kept or set aside with its line number and
+reason — never dropped silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from gpupipe.frame import ID, STRING, TEXT, empty_frame, from_arrow, utf8_bytes
+from gpupipe.io.files import read_bytes
+from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
+
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonl.gz", ".json.gz", ".ndjson.gz",
+                  ".jsonl.zst", ".json.zst", ".ndjson.zst", ".jsonl.zstd")
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[[9, 10, 11, 12, 13, 32]] = True
+
+
+@dataclasses.dataclass(frozen=True)
+class JsonlSource:
+    files: tuple[str, ...]
+    root: str
+    text_column: str = "text"
+    id_column: str | None = None
+    on_error: str = "fail"
+
+    @property
+    def npartitions(self) -> int:
+        return len(self.files)
+
+    def describe(self, i: int) -> str:
+        return self.files[i]
+
+    def meta(self) -> pd.DataFrame:
+        return empty_frame()
+
+    def derived_id_prefix(self, path: str) -> str:
+        return os.path.relpath(os.path.abspath(path), self.root).replace(os.sep, "/") + ":"
+
+    def read(self, i: int) -> ReadResult:
+        path = self.files[i]
+        rejections = Rejections(self.on_error, FAIL_HINT)
+        data, corruption = read_bytes(path)
+        stats = {
+            "files": 1,
+            "compressed_bytes": os.path.getsize(path),
+            "bytes": len(data),
+            "files_corrupt": 0,
+        }
+        if corruption is not None:
+            stats["files_corrupt"] = 1
+            cut = data.rfind(b"\n") + 1
+            tail, data = data[cut:], data[:cut]
+            rejections.add(path, None, "corrupt_file", corruption)
+            if tail.strip():
+                line = data.count(b"\n") + 1
+                rejections.add(path, line, "truncated_record",
+                               "record cut off by the corrupt end of the file", tail)
+        frame, blank = self._parse_fast(path, data)
+        if frame is None:
+            frame, blank = self._parse_lines(path, data, rejections)
+        stats["docs"] = len(frame)
+        stats["blank_lines"] = blank
+        stats["text_bytes"] = utf8_bytes(frame[TEXT])
+        return ReadResult(frame, stats, rejections.counts, rejections.table())
+
+    # -- fast path ------------------------------------------------------------------------------
+
+    def _parse_fast(self, path: str, data: bytes) -> tuple[pd.DataFrame | None, int]:
+        if not data.strip():
+            return empty_frame(), data.count(b"\n")
+        fields = [(self.text_column, pa.string())]
+        if self.id_column is not None and self.id_column != self.text_column:
+            fields.append((self.id_column, pa.string()))
+        options = pj.ParseOptions(explicit_schema=pa.schema(fields),
+                                  unexpected_field_behavior="ignore", newlines_in_values=False)
+        try:
+            table = pj.read_json(io.BytesIO(data), parse_options=options,
+                                 read_options=pj.ReadOptions(block_size=max(1 << 20, len(data) + 1)))
+        except (pa.ArrowInvalid, UnicodeDecodeError, pa.ArrowNotImplementedError):
+            return None, 0
+        text = table.column(self.text_column)
+        ids = table.column(self.id_column) if self.id_column is not None else None
+        if text.null_count or (ids is not None and ids.null_count):
+            return None, 0  # let the line-by-line path name the offending lines
+        lines = _record_line_numbers(data)
+        if lines is None or len(lines) != table.num_rows:
+            return None, 0
+        if ids is None:
+            prefix = self.derived_id_prefix(path)
+            ids = pc.binary_join_element_wise(prefix, pa.array(lines).cast(pa.string()), "")
+        blank = data.count(b"\n") + (0 if data.endswith(b"\n") else 1) - len(lines)
+        return from_arrow(pa.table({ID: ids, TEXT: text})), blank
+
+    # -- line-by-line path ----------------------------------------------------------------------
+
+    def _parse_lines(self, path: str, data: bytes, rejections: Rejections):
+        ids: list[str] = []
+        texts: list[str] = []
+        blank = 0
+        prefix = self.derived_id_prefix(path) if self.id_column is None else ""
+        for lineno, raw in enumerate(data.split(b"\n"), 1):
+            if not raw.strip():
+                blank += 1
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                rejections.add(path, lineno, "bad_utf8", f"invalid UTF-8 at byte {e.start}", raw)
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                rejections.add(path, lineno, "malformed_json", f"malformed JSON ({e})", raw)
+                continue
+            if not isinstance(obj, dict):
+                rejections.add(path, lineno, "not_an_object",
+                               f"expected a JSON object, found {type(obj).__name__}", raw)
+                continue
+            text = obj.get(self.text_column)
+            if text is None:
+                found = ", ".join(list(obj)[:8]) or "none"
+                rejections.add(path, lineno, "missing_text",
+                               f"no {self.text_column!r} field (fields: {found}); "
+                               f"input.text_column names the field holding the text", raw)
+                continue
+            if not isinstance(text, str):
+                rejections.add(path, lineno, "text_not_string",
+                               f"{self.text_column!r} is a {type(text).__name__}, not a string", raw)
+                continue
+            if self.id_column is None:
+                doc_id = f"{prefix}{lineno}"
+            else:
+                value = obj.get(self.id_column)
+                if value is None:
+                    rejections.add(path, lineno, "missing_id", f"no {self.id_column!r} field", raw)
+                    continue
+                if isinstance(value, (dict, list, bool)):
+                    rejections.add(path, lineno, "bad_id",
+                                   f"{self.id_column!r} is a {type(value).__name__}", raw)
+                    continue
+                doc_id = str(value)
+            ids.append(doc_id)
+            texts.append(text)
+        if data.endswith(b"\n"):
+            blank -= 1  # the empty string after the final newline is not a line
+        frame = pd.DataFrame({ID: pd.array(ids, dtype=STRING), TEXT: pd.array(texts, dtype=STRING)})
+        return frame, blank
+
+
+def _record_line_numbers(data: bytes) -> np.ndarray | None:
+    """1-based numbers of the lines holding a non-whitespace byte (what Arrow parses as records)."""
+    arr = np.frombuffer(data, dtype=np.uint8)
+    newlines = np.flatnonzero(arr == 10)
+    content = np.flatnonzero(~_WHITESPACE[arr])
+    if len(content) == 0:
+        return np.zeros(0, dtype=np.int64)
+    line_of_byte = np.searchsorted(newlines, content, side="left")
+    return np.unique(line_of_byte).astype(np.int64) + 1

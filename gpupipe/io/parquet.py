@@ -1,0 +1,89 @@
+"""Parquet reader: one partition per file; the text and id columns are mapped to ``text``/``id``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from gpupipe.frame import ID, TEXT, empty_frame, from_arrow
+from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+@dataclasses.dataclass(frozen=True)
+class ParquetSource:
+    files: tuple[str, ...]
+    root: str
+    text_column: str = "text"
+    id_column: str | None = None
+    on_error: str = "fail"
+    #: further columns to carry through unchanged (checkpoints carry what stages added)
+    columns: tuple[str, ...] = ()
+
+    @property
+    def npartitions(self) -> int:
+        return len(self.files)
+
+    def describe(self, i: int) -> str:
+        return self.files[i]
+
+    def meta(self) -> pd.DataFrame:
+        if not self.columns:
+            return empty_frame()
+        schema = pq.read_schema(self.files[0]) if self.files else pa.schema([])
+        extra = {c: schema.field(c).type for c in self.columns if c in schema.names}
+        return from_arrow(pa.table({ID: pa.array([], pa.string()), TEXT: pa.array([], pa.string()),
+                                    **{c: pa.array([], t) for c, t in extra.items()}}))
+
+    def read(self, i: int) -> ReadResult:
+        path = self.files[i]
+        rejections = Rejections(self.on_error, FAIL_HINT)
+        stats = {"files": 1, "compressed_bytes": os.path.getsize(path), "bytes": 0,
+                 "files_corrupt": 0, "blank_lines": 0, "text_bytes": 0}
+        wanted = [self.text_column] + ([self.id_column] if self.id_column else []) + list(self.columns)
+        try:
+            schema = pq.read_schema(path)
+            missing = [c for c in dict.fromkeys(wanted) if c not in schema.names]
+            if missing:
+                rejections.add(path, None, "missing_text" if self.text_column in missing else "missing_id",
+                               f"column(s) {missing} not in the file (columns: {schema.names[:12]}); "
+                               f"set input.text_column / input.id_column")
+                return self._empty(stats, rejections)
+            table = pq.read_table(path, columns=list(dict.fromkeys(wanted)))
+        except (pa.ArrowInvalid, OSError) as e:
+            rejections.add(path, None, "corrupt_file", f"cannot read Parquet ({e})")
+            stats["files_corrupt"] = 1
+            return self._empty(stats, rejections)
+        text = table.column(self.text_column)
+        if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
+            rejections.add(path, None, "text_not_string",
+                           f"column {self.text_column!r} has type {text.type}, not string")
+            return self._empty(stats, rejections)
+        if self.id_column is None:
+            prefix = os.path.relpath(os.path.abspath(path), self.root).replace(os.sep, "/") + ":"
+            rows = pa.array(range(1, table.num_rows + 1), pa.int64()).cast(pa.string())
+            ids = pc.binary_join_element_wise(prefix, rows, "")
+        else:
+            ids = table.column(self.id_column).cast(pa.string())
+        out = pa.table({ID: ids, TEXT: text, **{c: table.column(c) for c in self.columns}})
+        bad = pc.or_(pc.is_null(out.column(TEXT)), pc.is_null(out.column(ID)))
+        if pc.any(bad).as_py():
+            idx = pc.indices_nonzero(bad).to_pylist()
+            for k in idx:
+                reason = "missing_text" if out.column(TEXT)[k].as_py() is None else "missing_id"
+                rejections.add(path, k + 1, reason, f"row {k + 1}: {reason.replace('_', ' ')}")
+            out = out.filter(pc.invert(bad))
+        stats["bytes"] = stats["text_bytes"] = int(
+            pc.sum(pc.binary_length(out.column(TEXT))).as_py() or 0)
+        stats["docs"] = out.num_rows
+        return ReadResult(from_arrow(out), stats, rejections.counts, rejections.table())
+
+    def _empty(self, stats, rejections) -> ReadResult:
+        stats["docs"] = 0
+        return ReadResult(self.meta(), stats, rejections.counts, rejections.table())

@@ -1,0 +1,71 @@
+"""A source is a list of partitions that a worker can read independently and deterministically."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+#: what a reader sets aside under ``on_error: skip`` (written to ``<output>/rejected/read/``)
+REJECTED_SCHEMA = pa.schema(
+    [
+        ("file", pa.string()),
+        ("line", pa.int64()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        ("raw", pa.binary()),
+    ]
+)
+
+#: reason codes a reader can reject a record (or a whole file) for
+READ_REASONS = (
+    "bad_utf8",
+    "malformed_json",
+    "not_an_object",
+    "missing_text",
+    "text_not_string",
+    "missing_id",
+    "bad_id",
+    "truncated_record",
+    "corrupt_file",
+)
+
+
+@dataclasses.dataclass
+class ReadResult:
+    frame: pd.DataFrame
+    #: counters: docs, bytes (uncompressed input), compressed_bytes, blank_lines, files_corrupt
+    stats: dict[str, int]
+    #: reason -> number of records set aside
+    rejected_counts: dict[str, int]
+    rejected: pa.Table | None = None
+
+
+class Rejections:
+    """Collects records set aside by a reader, or raises at the first one under ``fail``."""
+
+    def __init__(self, on_error: str, hint: str):
+        self.on_error = on_error
+        self.hint = hint
+        self.rows: dict[str, list[Any]] = {name: [] for name in REJECTED_SCHEMA.names}
+        self.counts: dict[str, int] = {}
+
+    def add(self, file: str, line: int | None, reason: str, detail: str, raw: bytes = b"") -> None:
+        from gpupipe.errors import InputError
+
+        where = f"{file} line {line}" if line is not None else file
+        if self.on_error == "fail":
+            raise InputError(f"{where}: {detail} [{reason}] — {self.hint}")
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        for name, value in zip(REJECTED_SCHEMA.names, (file, line, reason, detail, raw)):
+            self.rows[name].append(value)
+
+    def table(self) -> pa.Table | None:
+        if not self.rows["reason"]:
+            return None
+        return pa.table(self.rows, schema=REJECTED_SCHEMA)
+
+
+FAIL_HINT = "fix the input, or set `input.on_error: skip` to set such records aside and go on"

@@ -1,0 +1,109 @@
+"""The user-facing `Pipeline`: build it from YAML or Python, explain it, run it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import yaml
+
+from gpupipe.spec import PipelineSpec, apply_overrides, load_yaml, parse_pipeline
+
+
+class Pipeline(PipelineSpec):
+    """A validated pipeline.
+
+    >>> import gpupipe as gp
+    >>> p = gp.Pipeline(input="data/sample/*.jsonl.gz", output="out/doc",
+    ...                 stages=[gp.stages.NormalizeText(), gp.stages.LengthFilter(min_words=20)])
+    >>> [s.stage_name for s in p.stages]
+    ['normalize_text', 'length_filter']
+    """
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike, overrides: list[str] | None = None) -> Pipeline:
+        """Load and validate a pipeline file; ``overrides`` are ``key.path=value`` strings."""
+        path = os.fspath(path)
+        data, lines = load_yaml(path)
+        if overrides:
+            data = apply_overrides(data, overrides)
+        return parse_pipeline(data, source=path, lines=lines, cls=cls)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], overrides: list[str] | None = None) -> Pipeline:
+        if overrides:
+            data = apply_overrides(data, overrides)
+        return parse_pipeline(data, source="<dict>", cls=cls)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+    def plan(self):
+        from gpupipe.runner.plan import plan
+
+        return plan(self.stages)
+
+    def explain(self) -> str:
+        """Stages in order, how they fuse into tasks, global boundaries and the backend."""
+        from gpupipe.backend import resolve_backend
+        from gpupipe.errors import GpupipeError
+
+        try:
+            backend = resolve_backend(self.backend)
+            backend_line = f"{backend.name}  ({backend.reason})"
+        except GpupipeError as e:
+            backend_line = f"unavailable: {e}"
+        inp = self.input
+        lines = [
+            f"pipeline {self.name!r}",
+            f"  input    {inp.resolved_format()}: {', '.join(inp.paths())}  "
+            f"(text_column={inp.text_column}, id_column={inp.id_column or '<file>:<line>'}, "
+            f"on_error={inp.on_error})",
+            f"  backend  {backend_line}",
+            f"  cluster  {_cluster_line(self.cluster)}",
+            f"  output   {self.output.path}",
+            "",
+            "plan (each segment materialises its result; row-local stages in a segment run fused "
+            "in one task per partition):",
+        ]
+        for seg in self.plan():
+            where = os.path.relpath(seg.directory(self.output.path), self.output.path)
+            if seg.kind == "row":
+                steps = (["read " + inp.resolved_format()] if seg.reads_input else
+                         ["read checkpoint"]) + [s.describe() for s in seg.stages]
+                lines.append(f"  [{seg.index}] row-local, fused: " + "  →  ".join(steps))
+            else:
+                lines.append(f"  [{seg.index}] global (Dask shuffle/boundary): "
+                             f"{seg.stages[0].describe()}")
+            for st in seg.stages:
+                if st.reasons:
+                    lines.append(f"        {st.stage_name} drop reasons: {', '.join(st.reasons)}")
+            lines.append(f"        └─ writes {where}/")
+        return "\n".join(lines)
+
+    def run(self, *, client=None, workers: int | None = None, progress: bool | None = None,
+            output: str | None = None, overwrite: bool | None = None):
+        """Run on a Dask cluster and return a `RunResult` (stats as in ``run.json``).
+
+        ``client``: an existing `distributed.Client` to use; otherwise the pipeline's ``cluster``
+        section decides (default: a local cluster sized to the machine, ``workers`` overrides).
+        """
+        from gpupipe.runner.execute import execute
+
+        pipeline = self
+        if output is not None or overwrite is not None:
+            new_out = self.output.model_copy(update={
+                k: v for k, v in (("path", output), ("overwrite", overwrite)) if v is not None})
+            pipeline = self.model_copy(update={"output": new_out})
+        return execute(pipeline, client=client, workers=workers, progress=progress)
+
+
+def _cluster_line(c) -> str:
+    if c.kind == "local":
+        from gpupipe.cluster import default_workers
+
+        n = c.workers or default_workers()
+        return f"local Dask cluster, {n} worker(s) x {c.threads_per_worker} thread(s)"
+    if c.kind == "address":
+        return f"existing scheduler at {c.address}"
+    return f"existing scheduler via scheduler file {c.path}"

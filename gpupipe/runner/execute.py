@@ -1,0 +1,342 @@
+"""Executing a pipeline on a Dask cluster: segments in order, resumable, with stats."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import platform
+import shutil
+import time
+
+from gpupipe.errors import GpupipeError, OutputError, StageError
+from gpupipe.io.parquet import ParquetSource
+from gpupipe.io.writer import write_json
+from gpupipe.runner.plan import Segment, fingerprints, plan
+from gpupipe.runner.progress import make_progress
+from gpupipe.runner.stats import format_table, merge_read, merge_stages
+from gpupipe.runner.tasks import (FrameReader, marker_path, part_name, run_row_partition,
+                                  write_global_partition)
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What `Pipeline.run` returns: the run directory and its summary (the content of run.json)."""
+
+    output: str
+    summary: dict
+
+    @property
+    def data_path(self) -> str:
+        return self.summary["output"]["data"]
+
+    @property
+    def stats(self) -> dict:
+        return self.summary
+
+    def stage(self, name_or_position: str | int) -> dict:
+        for st in self.summary["stages"]:
+            if name_or_position in (st["stage"], st["position"]):
+                return st
+        raise KeyError(name_or_position)
+
+    def table(self) -> str:
+        return format_table(self.summary)
+
+    def to_dask(self):
+        """The output as a Dask DataFrame (lazy)."""
+        import dask.dataframe as dd
+
+        return dd.read_parquet(self.data_path)
+
+    def to_pandas(self):
+        """The output as one pandas DataFrame, rows in partition order."""
+        import pandas as pd
+        import pyarrow.parquet as pq
+
+        from gpupipe.frame import from_arrow
+
+        files = sorted(f for f in os.listdir(self.data_path) if f.endswith(".parquet"))
+        frames = [from_arrow(pq.read_table(os.path.join(self.data_path, f))) for f in files]
+        return pd.concat(frames, ignore_index=True) if frames else None
+
+    def __repr__(self) -> str:
+        out = self.summary["output"]
+        return (f"RunResult(output={self.output!r}, docs={out['docs']:,}, "
+                f"partitions={out['partitions']}, seconds={self.summary['seconds']:.2f})")
+
+
+def versions() -> dict:
+    import dask
+    import distributed
+    import numpy
+    import pandas
+    import pyarrow
+    import pydantic
+
+    from gpupipe import __version__
+
+    return {"gpupipe": __version__, "python": platform.python_version(), "dask": dask.__version__,
+            "distributed": distributed.__version__, "pandas": pandas.__version__,
+            "pyarrow": pyarrow.__version__, "numpy": numpy.__version__,
+            "pydantic": pydantic.__version__}
+
+
+def _is_run_dir(path: str) -> bool:
+    return os.path.exists(os.path.join(path, "run.json"))
+
+
+def prepare_output(path: str, overwrite: bool) -> None:
+    if os.path.isfile(path):
+        raise OutputError(f"output.path {path!r} is a file; give a directory")
+    if os.path.isdir(path) and os.listdir(path):
+        if not _is_run_dir(path):
+            raise OutputError(
+                f"output directory {path!r} is not empty and holds no gpupipe run (no run.json); "
+                f"choose another output.path (nothing was deleted)")
+        if overwrite:
+            log.info("overwrite: deleting the previous run in %s", path)
+            shutil.rmtree(path)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot create output directory {path!r}: {e.strerror}") from None
+
+
+def _input_identity(pipeline, source) -> dict:
+    files = []
+    for f in source.files:
+        st = os.stat(f)
+        files.append([os.path.abspath(f), st.st_size, st.st_mtime_ns])
+    spec = pipeline.input.model_dump(mode="json", exclude={"path"})
+    return {"input": spec, "files": files}
+
+
+def make_source(input_spec):
+    from gpupipe.io.files import common_root, expand_paths
+    from gpupipe.io.jsonl import JSONL_SUFFIXES, JsonlSource
+    from gpupipe.io.parquet import PARQUET_SUFFIXES
+
+    fmt = input_spec.resolved_format()
+    suffixes = JSONL_SUFFIXES if fmt == "jsonl" else PARQUET_SUFFIXES
+    files = tuple(expand_paths(input_spec.paths(), suffixes=suffixes))
+    cls = JsonlSource if fmt == "jsonl" else ParquetSource
+    return cls(files=files, root=common_root(list(files)), text_column=input_spec.text_column,
+               id_column=input_spec.id_column, on_error=input_spec.on_error)
+
+
+def execute(pipeline, *, client=None, workers: int | None = None,
+            progress: bool | None = None) -> RunResult:
+    from gpupipe.backend import resolve_backend
+    from gpupipe.cluster import connect, describe
+
+    t_start = time.perf_counter()
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    backend = resolve_backend(pipeline.backend)
+    source = make_source(pipeline.input)
+    segments = plan(pipeline.stages)
+    vers = versions()
+    fps = fingerprints(segments, _input_identity(pipeline, source), vers["gpupipe"])
+    out = pipeline.output.path
+    prepare_output(out, pipeline.output.overwrite)
+    base = {"status": "running", "started": started, "gpupipe_version": vers["gpupipe"],
+            "pipeline": pipeline.to_dict(), "fingerprint": fps[-1]}
+    write_json(base, os.path.join(out, "run.json"))
+
+    bar = make_progress(progress)
+    try:
+        if client is not None:
+            summary = _run_segments(pipeline, client, source, segments, fps, out, bar)
+            cluster_info = describe(client)
+        else:
+            with connect(pipeline.cluster, workers=workers) as own:
+                summary = _run_segments(pipeline, own, source, segments, fps, out, bar)
+                cluster_info = describe(own)
+    except BaseException as e:
+        bar.close()
+        write_json({**base, "status": "failed", "error": f"{type(e).__name__}: {e}"},
+                   os.path.join(out, "run.json"))
+        raise
+    bar.close()
+    summary = {
+        "status": "complete",
+        "started": started,
+        "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "seconds": round(time.perf_counter() - t_start, 3),
+        "gpupipe_version": vers["gpupipe"],
+        "fingerprint": fps[-1],
+        "pipeline": pipeline.to_dict(),
+        "versions": vers,
+        "backend": {"requested": pipeline.backend, "used": backend.name, "reason": backend.reason},
+        "cluster": {"kind": pipeline.cluster.kind, **cluster_info},
+        **summary,
+    }
+    write_json(summary, os.path.join(out, "run.json"))
+    return RunResult(out, summary)
+
+
+def _load_state(directory: str) -> dict | None:
+    try:
+        with open(os.path.join(directory, "_segment.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _reset(*dirs: str) -> None:
+    for d in dirs:
+        if os.path.isdir(d):
+            shutil.rmtree(d)
+
+
+def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, bar) -> dict:
+    upstream_changed = False
+    seg_info = []
+    stage_stats: list[dict] = []
+    read_reports: list[dict] = []
+    reports: list[dict] = []
+    docs_prev = bytes_prev = 0
+    rejected_dir = os.path.join(out, "rejected", "read")
+    for seg, fp in zip(segments, fps):
+        directory, stats_dir = seg.directory(out), seg.stats_directory(out)
+        state = _load_state(directory)
+        if upstream_changed or state is None or state.get("fingerprint") != fp:
+            if state is not None:
+                log.info("%s: pipeline or input changed since the last run; recomputing", seg.name)
+            _reset(directory, stats_dir, *([rejected_dir] if seg.reads_input else []))
+            state = None
+        t0 = time.perf_counter()
+        if seg.kind == "row":
+            reports, computed = _run_row_segment(client, seg, fp, source, directory, stats_dir,
+                                                 rejected_dir if seg.reads_input else None, bar)
+            stage_stats.extend(merge_stages(reports, list(seg.stages), seg.positions))
+            if seg.reads_input:
+                read_reports = reports
+        else:
+            reports, computed = _run_global_segment(client, seg, fp, source, directory,
+                                                    stats_dir, state, bar)
+            st = seg.stages[0]
+            docs_out = sum(r["docs_out"] for r in reports)
+            stage_stats.append({
+                "position": seg.positions[0], "stage": st.stage_name, "kind": "global",
+                "params": st.params(), "docs_in": docs_prev, "docs_out": docs_out,
+                "bytes_in": bytes_prev, "bytes_out": sum(r["bytes_out"] for r in reports),
+                "drops": {"removed": docs_prev - docs_out} if docs_prev > docs_out else {},
+                "counters": {}, "seconds": round(time.perf_counter() - t0, 4) if computed else
+                (state or {}).get("seconds", 0.0),
+            })
+        upstream_changed = upstream_changed or computed > 0
+        docs_prev = sum(r["docs_out"] for r in reports)
+        bytes_prev = sum(r["bytes_out"] for r in reports)
+        seg_info.append({"name": seg.name, "kind": seg.kind,
+                         "stages": [s.stage_name for s in seg.stages],
+                         "directory": os.path.relpath(directory, out), "partitions": len(reports),
+                         "computed": computed, "reused": len(reports) - computed,
+                         "seconds": round(time.perf_counter() - t0, 3)})
+        extra = sorted({c for st in pipeline.stages[: (seg.positions[-1] + 1 if seg.positions else 0)]
+                        for c in st.added_columns()})
+        files = tuple(os.path.join(directory, part_name(i) + ".parquet") for i in range(len(reports)))
+        source = ParquetSource(files=files, root=directory, text_column="text", id_column="id",
+                               columns=tuple(extra))
+    read = merge_read(read_reports)
+    stage_stats.sort(key=lambda s: s["position"])
+    dropped = sum(sum(s["drops"].values()) for s in stage_stats)
+    rejected_records = sum(v for k, v in read["rejected"].items() if k != "corrupt_file")
+    records_in = read["docs"] + rejected_records
+    return {
+        "input": {"format": pipeline.input.resolved_format(), "files": read["files"],
+                  "partitions": len(read_reports)},
+        "read": read,
+        "stages": stage_stats,
+        "segments": seg_info,
+        "output": {"path": out, "data": os.path.join(out, "data"), "partitions": len(reports),
+                   "docs": docs_prev, "bytes": bytes_prev},
+        "accounting": {"records_in": records_in, "docs_out": docs_prev, "dropped": dropped,
+                       "rejected": rejected_records,
+                       "balanced": records_in == docs_prev + dropped + rejected_records},
+    }
+
+
+def _wait(futures, bar, seg: Segment) -> list[dict]:
+    from distributed import as_completed
+
+    results = []
+    try:
+        for fut in as_completed(futures):
+            try:
+                results.append(fut.result())
+            except GpupipeError:
+                raise
+            except Exception as e:
+                hint = ""
+                if type(e).__name__ == "KilledWorker":
+                    hint = (" — a worker died, most often out of memory: use fewer/larger workers "
+                            "(cluster.workers, cluster.memory_limit) or smaller input files")
+                raise StageError(f"{seg.name}: a task failed: {type(e).__name__}: {e}{hint}") from e
+            bar.advance()
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
+    return results
+
+
+def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir, bar):
+    n = source.npartitions
+    os.makedirs(directory, exist_ok=True)
+    write_json({"fingerprint": fp, "kind": "row", "partitions": n},
+               os.path.join(directory, "_segment.json"))
+    done = [i for i in range(n) if os.path.exists(marker_path(directory, i))
+            and os.path.exists(os.path.join(stats_dir, part_name(i) + ".json"))]
+    todo = sorted(set(range(n)) - set(done))
+    label = " → ".join(["read"] * seg.reads_input + [s.stage_name for s in seg.stages]) or "copy"
+    bar.start(f"[{seg.index}] {label}", n, len(done))
+    reports = []
+    for i in done:
+        with open(os.path.join(stats_dir, part_name(i) + ".json"), encoding="utf-8") as f:
+            reports.append(json.load(f))
+    if todo:
+        stages = list(zip(seg.positions, seg.stages))
+        futures = client.map(run_row_partition, todo, source=source, stages=stages,
+                             out_dir=directory, stats_dir=stats_dir, rejected_dir=rejected_dir,
+                             key=[f"gpupipe-{seg.name}-{fp}-{i}" for i in todo], pure=False)
+        reports.extend(_wait(futures, bar, seg))
+    reports.sort(key=lambda r: r["partition"])
+    return reports, len(todo)
+
+
+def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, bar):
+    import dask.dataframe as dd
+    from dask import delayed
+
+    if state is not None and state.get("complete"):
+        n = state["partitions"]
+        if all(os.path.exists(marker_path(directory, i)) for i in range(n)):
+            bar.start(f"[{seg.index}] {seg.stages[0].stage_name}", n, n)
+            reports = []
+            for i in range(n):
+                with open(os.path.join(stats_dir, part_name(i) + ".json"), encoding="utf-8") as f:
+                    reports.append(json.load(f))
+            return reports, 0
+    _reset(directory, stats_dir)
+    os.makedirs(directory)
+    t0 = time.perf_counter()
+    ddf = dd.from_map(FrameReader(source), list(range(source.npartitions)), meta=source.meta(),
+                      enforce_metadata=False, label=f"gpupipe-read-{seg.name}")
+    result = seg.stages[0].apply(ddf)
+    n = result.npartitions
+    parts = result.to_delayed()
+    writes = [delayed(write_global_partition)(p, i, out_dir=directory, stats_dir=stats_dir,
+                                              dask_key_name=f"gpupipe-write-{seg.name}-{fp}-{i}")
+              for i, p in enumerate(parts)]
+    bar.start(f"[{seg.index}] {seg.stages[0].stage_name}", n)
+    futures = client.compute(writes)
+    reports = sorted(_wait(futures, bar, seg), key=lambda r: r["partition"])
+    write_json({"fingerprint": fp, "kind": "global", "partitions": n, "complete": True,
+                "seconds": round(time.perf_counter() - t0, 4)},
+               os.path.join(directory, "_segment.json"))
+    return reports, n

@@ -1,0 +1,79 @@
+"""Planning: split the stage list into fused row-local segments and global stages."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+
+from gpupipe.stages.base import Stage
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """One materialisation step: fused row-local stages (one task per partition) or a global stage."""
+
+    index: int
+    kind: str  # "row" | "global"
+    stages: tuple[Stage, ...]
+    #: positions of the stages in the pipeline's stage list
+    positions: tuple[int, ...]
+    reads_input: bool
+    final: bool
+
+    @property
+    def name(self) -> str:
+        if self.stages:
+            return f"{self.index:02d}-{self.stages[-1].stage_name}"
+        return f"{self.index:02d}-read"
+
+    def directory(self, output: str) -> str:
+        return os.path.join(output, "data") if self.final else os.path.join(
+            output, "checkpoints", self.name)
+
+    def stats_directory(self, output: str) -> str:
+        return os.path.join(output, "stats", self.name)
+
+
+def plan(stages: list[Stage]) -> list[Segment]:
+    """Row-local stages between global stages fuse into one segment; each global stage is one.
+
+    The first segment always reads the input (with the row-local stages that follow it).
+    """
+    groups: list[tuple[str, list[tuple[int, Stage]]]] = [("row", [])]
+    for pos, st in enumerate(stages):
+        if st.kind == "global":
+            groups.append(("global", [(pos, st)]))
+            groups.append(("row", []))
+        else:
+            groups[-1][1].append((pos, st))
+    # drop empty row groups, except the first one (it reads the input)
+    groups = [g for k, g in enumerate(groups) if g[0] == "global" or g[1] or k == 0]
+    segments = []
+    for k, (kind, members) in enumerate(groups):
+        segments.append(Segment(
+            index=k,
+            kind=kind,
+            stages=tuple(s for _, s in members),
+            positions=tuple(p for p, _ in members),
+            reads_input=k == 0,
+            final=k == len(groups) - 1,
+        ))
+    return segments
+
+
+def fingerprints(segments: list[Segment], input_identity: dict, version: str) -> list[str]:
+    """A fingerprint per segment covering the input and every stage up to it.
+
+    A checkpoint is reused only when its fingerprint matches, so editing stage 3 recomputes
+    stages 3.. and keeps the work of stages 0-2.
+    """
+    h = hashlib.sha256(json.dumps({"input": input_identity, "gpupipe": version},
+                                  sort_keys=True, default=str).encode())
+    out = []
+    for seg in segments:
+        h.update(json.dumps([s.to_dict() for s in seg.stages], sort_keys=True,
+                            default=str).encode())
+        out.append(h.copy().hexdigest()[:16])
+    return out

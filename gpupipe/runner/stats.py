@@ -1,0 +1,82 @@
+"""Merging per-partition reports into the run summary (``run.json``) and the end-of-run table."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+def _add(total: dict, part: dict) -> None:
+    for k, v in part.items():
+        if isinstance(v, dict):
+            _add(total.setdefault(k, {}), v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            total[k] = total.get(k, 0) + v
+
+
+def merge_read(reports: list[dict]) -> dict:
+    total: dict = {"files": 0, "docs": 0, "bytes": 0, "compressed_bytes": 0, "blank_lines": 0,
+                   "files_corrupt": 0, "text_bytes": 0, "rejected": {}, "seconds": 0.0}
+    for r in reports:
+        _add(total, r.get("read", {}))
+    total["rejected"] = dict(sorted(total["rejected"].items()))
+    return total
+
+
+def merge_stages(reports: list[dict], stages: list, positions: tuple) -> list[dict]:
+    merged = []
+    for pos, st in zip(positions, stages):
+        entry = {"position": pos, "stage": st.stage_name, "kind": st.kind,
+                 "params": st.params(), "docs_in": 0, "docs_out": 0, "bytes_in": 0,
+                 "bytes_out": 0, "drops": Counter(), "counters": Counter(), "seconds": 0.0}
+        for r in reports:
+            for s in r.get("stages", []):
+                if s["position"] == pos:
+                    for key in ("docs_in", "docs_out", "bytes_in", "bytes_out", "seconds"):
+                        entry[key] += s[key]
+                    entry["drops"].update(s["drops"])
+                    entry["counters"].update(s["counters"])
+        entry["drops"] = dict(sorted(entry["drops"].items()))
+        entry["counters"] = dict(sorted(entry["counters"].items()))
+        entry["seconds"] = round(entry["seconds"], 4)
+        merged.append(entry)
+    return merged
+
+
+def format_table(summary: dict) -> str:
+    """The per-stage table printed at the end of a run."""
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"gpupipe run: {summary['pipeline']['name']}", title_justify="left")
+    for col, just in (("stage", "left"), ("docs in", "right"), ("docs out", "right"),
+                      ("kept", "right"), ("MB in", "right"), ("MB out", "right"),
+                      ("seconds", "right"), ("drops / notes", "left")):
+        table.add_column(col, justify=just)
+    read = summary["read"]
+    rejected = sum(read["rejected"].values())
+    table.add_row("read", f"{read['docs'] + rejected:,}", f"{read['docs']:,}",
+                  _pct(read["docs"], read["docs"] + rejected), f"{read['bytes'] / 1e6:.2f}",
+                  f"{read['text_bytes'] / 1e6:.2f}", f"{read['seconds']:.2f}",
+                  _reasons(read["rejected"], "rejected") or f"{read['files']} file(s)")
+    for st in summary["stages"]:
+        notes = _reasons(st["drops"], "") or _reasons(st.get("counters", {}), "")
+        table.add_row(f"{st['position']}: {st['stage']}", f"{st['docs_in']:,}",
+                      f"{st['docs_out']:,}", _pct(st["docs_out"], st["docs_in"]),
+                      f"{st['bytes_in'] / 1e6:.2f}", f"{st['bytes_out'] / 1e6:.2f}",
+                      f"{st['seconds']:.2f}", notes)
+    buf = StringIO()
+    Console(file=buf, width=120, force_terminal=False).print(table)
+    return buf.getvalue()
+
+
+def _pct(a: int, b: int) -> str:
+    return f"{100 * a / b:.1f}%" if b else "-"
+
+
+def _reasons(counts: dict, prefix: str) -> str:
+    if not counts:
+        return ""
+    items = ", ".join(f"{k}={v:,}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return f"{prefix} {items}".strip()

@@ -1,0 +1,391 @@
+"""The pipeline schema: what a pipeline file may say, validated before any data is touched.
+
+A pipeline file is YAML; the same structure can be built in Python. Every error is reported with
+the file, the line, the offending key and, for typos, the closest valid name.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpupipe.errors import SpecError
+from gpupipe.registry import all_stages, closest, did_you_mean, get_stage
+from gpupipe.stages.base import Stage
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+class InputSpec(BaseModel):
+    """Where documents come from."""
+
+    model_config = _STRICT
+    format: Literal["jsonl", "parquet"] | None = Field(
+        None, description="jsonl | parquet; inferred from the file names when omitted")
+    path: str | list[str] = Field(description="file, directory or glob (or a list of them)")
+    text_column: str = Field("text", description="field holding the document text")
+    id_column: str | None = Field(
+        None, description="field holding a document id; when absent ids are '<file>:<line>'")
+    on_error: Literal["fail", "skip"] = Field(
+        "fail", description="bad records: stop with file and line (fail) or set aside (skip)")
+
+    def paths(self) -> list[str]:
+        return [self.path] if isinstance(self.path, str) else list(self.path)
+
+    def resolved_format(self) -> str:
+        if self.format is not None:
+            return self.format
+        first = self.paths()[0].lower()
+        for suffix in (".gz", ".zst", ".zstd"):
+            first = first.removesuffix(suffix)
+        if first.endswith((".parquet", ".pq")):
+            return "parquet"
+        return "jsonl"
+
+
+class LocalClusterSpec(BaseModel):
+    """A `distributed.LocalCluster` started in-process, sized to the machine."""
+
+    model_config = _STRICT
+    kind: Literal["local"] = "local"
+    workers: Annotated[int | None, Field(ge=1)] = Field(
+        None, description="worker processes (default: one per CPU core)")
+    threads_per_worker: Annotated[int, Field(ge=1)] = 1
+    memory_limit: str = Field("auto", description="per worker, e.g. '4GB'; 'auto' splits RAM")
+
+
+class AddressClusterSpec(BaseModel):
+    """Attach to a running Dask scheduler by address."""
+
+    model_config = _STRICT
+    kind: Literal["address"]
+    address: str = Field(description="e.g. tcp://10.0.0.1:8786")
+    timeout: Annotated[float, Field(gt=0)] = 30.0
+
+
+class SchedulerFileClusterSpec(BaseModel):
+    """Attach to a Dask scheduler through its scheduler file (Slurm, shared storage)."""
+
+    model_config = _STRICT
+    kind: Literal["scheduler_file"]
+    path: str = Field(description="the file `dask scheduler --scheduler-file` wrote")
+    timeout: Annotated[float, Field(gt=0)] = 30.0
+
+
+ClusterSpec = Annotated[
+    Union[LocalClusterSpec, AddressClusterSpec, SchedulerFileClusterSpec],
+    Field(discriminator="kind"),
+]
+
+
+class OutputSpec(BaseModel):
+    """Where the run directory goes."""
+
+    model_config = _STRICT
+    path: str = Field(description="run directory (run.json, data/, checkpoints/, ...)")
+    overwrite: bool = Field(
+        False, description="delete an existing run directory first instead of resuming it")
+
+
+def build_stage(entry: Any, where: str = "stage") -> Stage:
+    """A stage object from its pipeline-file mapping ``{"stage": name, **params}``."""
+    if isinstance(entry, Stage):
+        return entry
+    if not isinstance(entry, dict):
+        raise SpecError(f"{where}: expected a mapping like {{stage: length_filter, ...}}, "
+                        f"got {type(entry).__name__}")
+    if "stage" not in entry:
+        raise SpecError(f"{where}: missing key 'stage' (the stage name)")
+    params = dict(entry)
+    cls = get_stage(params.pop("stage"))
+    try:
+        return cls(**params)
+    except ValidationError as e:
+        raise SpecError("\n".join(_format_errors(e, cls, where, {}))) from None
+
+
+class PipelineSpec(BaseModel):
+    """A validated pipeline: input, stages in order, output, execution settings."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    version: Literal[1] = 1
+    name: str = "pipeline"
+    input: InputSpec
+    backend: Literal["auto", "pandas", "cudf"] = "auto"
+    cluster: ClusterSpec = Field(default_factory=LocalClusterSpec)
+    stages: list[Stage] = Field(default_factory=list)
+    output: OutputSpec
+    seed: int = 0
+
+    @field_validator("stages", mode="before")
+    @classmethod
+    def _build_stages(cls, value):
+        if not isinstance(value, list):
+            raise ValueError("expected a list of stages")
+        return [build_stage(v, f"stages[{i}]") for i, v in enumerate(value)]
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _output_path(cls, value):
+        return {"path": os.fspath(value)} if isinstance(value, (str, os.PathLike)) else value
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _input_path(cls, value):
+        return {"path": os.fspath(value)} if isinstance(value, (str, os.PathLike)) else value
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved pipeline (every default filled in), as a pipeline file would say it."""
+        data = self.model_dump(mode="json", exclude={"stages"})
+        data["stages"] = [s.to_dict() for s in self.stages]
+        order = ["version", "name", "input", "backend", "cluster", "stages", "output", "seed"]
+        return {k: data[k] for k in order}
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading pipeline files
+
+
+def load_yaml(path: str) -> tuple[dict, dict]:
+    """The mapping in a pipeline file and a map from key paths to 1-based line numbers."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read the pipeline file ({e.strerror})") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        problem = getattr(e, "problem", None) or str(e)
+        raise SpecError(f"{where}: invalid YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a pipeline file must be a mapping with keys like "
+                        f"'input', 'stages', 'output' (found {type(data).__name__})")
+    lines: dict[tuple, int] = {}
+    _collect_lines(node, (), lines)
+    return data, lines
+
+
+def _collect_lines(node, path: tuple, out: dict) -> None:
+    out[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            k = key.value
+            out[path + (k,)] = key.start_mark.line + 1
+            _collect_lines(value, path + (k,), out)
+            out[path + (k,)] = key.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _collect_lines(item, path + (i,), out)
+
+
+def apply_overrides(data: dict, overrides: list[str] | None) -> dict:
+    """Apply ``key.path=value`` overrides (values parsed as YAML) to a raw pipeline mapping.
+
+    The first key may be a stage name used once in the pipeline: ``length_filter.min_words=50``.
+
+    >>> apply_overrides({"output": {"path": "a"}}, ["output.path=b"])
+    {'output': {'path': 'b'}}
+    """
+    data = copy.deepcopy(data)
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--set {item!r}: expected key=value, e.g. --set output.path=out/x")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        parts: list[Any] = key.split(".")
+        stages = data.get("stages") if isinstance(data.get("stages"), list) else []
+        names = [s.get("stage") if isinstance(s, dict) else None for s in stages]
+        if parts[0] not in data and parts[0] in names:
+            if names.count(parts[0]) > 1:
+                raise SpecError(f"--set {item!r}: stage {parts[0]!r} appears more than once; "
+                                f"use stages.N.{'.'.join(parts[1:])} with its position N")
+            parts = ["stages", names.index(parts[0]), *parts[1:]]
+        target = data
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if isinstance(target, list):
+                try:
+                    idx = int(part)
+                    target[idx]
+                except (ValueError, IndexError):
+                    raise SpecError(f"--set {item!r}: {part!r} is not a position in a list "
+                                    f"of {len(target)}") from None
+                if last:
+                    target[idx] = value
+                else:
+                    target = target[idx]
+            elif isinstance(target, dict):
+                if last:
+                    target[part] = value
+                else:
+                    target = target.setdefault(part, {})
+            else:
+                raise SpecError(f"--set {item!r}: {'.'.join(map(str, parts[:i]))} is not a mapping")
+    return data
+
+
+def parse_pipeline(data: dict, *, source: str = "<pipeline>", lines: dict | None = None, cls=None):
+    """Validate a raw mapping into ``cls`` (a `PipelineSpec` subclass); `SpecError` lists every problem."""
+    cls = cls or PipelineSpec
+    lines = lines or {}
+    messages: list[str] = []
+    raw_stages = data.get("stages", [])
+    stages: list[Stage] = []
+    if raw_stages is None:
+        raw_stages = []
+    if not isinstance(raw_stages, list):
+        messages.append(_at(source, lines, ("stages",)) + "'stages' must be a list of stage mappings")
+        raw_stages = []
+    for i, entry in enumerate(raw_stages):
+        loc = ("stages", i)
+        if not isinstance(entry, dict) or "stage" not in entry:
+            messages.append(_at(source, lines, loc) + f"stages[{i}]: expected a mapping with a "
+                            f"'stage' key naming a stage (`gpupipe stages` lists them)")
+            continue
+        params = dict(entry)
+        name = params.pop("stage")
+        try:
+            stage_cls = get_stage(name)
+        except SpecError as e:
+            messages.append(_at(source, lines, loc + ("stage",)) + f"stages[{i}]: {e}")
+            continue
+        try:
+            stages.append(stage_cls(**params))
+        except ValidationError as e:
+            messages.extend(_format_errors(e, stage_cls, f"stages[{i}] ({name})", lines,
+                                           source=source, prefix=loc))
+    rest = {k: v for k, v in data.items() if k != "stages"}
+    spec = None
+    try:
+        spec = cls.model_validate({**rest, "stages": stages})
+    except ValidationError as e:
+        messages[:0] = _format_errors(e, cls, None, lines, source=source, prefix=())
+    if messages:
+        head = f"{source}: invalid pipeline ({len(messages)} problem{'s' * (len(messages) > 1)})"
+        raise SpecError("\n".join([head] + [f"  {m}" for m in messages]))
+    return spec
+
+
+def _at(source: str, lines: dict, loc: tuple) -> str:
+    for n in range(len(loc), -1, -1):
+        if loc[:n] in lines:
+            return f"{source}:{lines[loc[:n]]}: "
+    return f"{source}: " if source else ""
+
+
+def _dotted(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+_MODEL_OF_FIELD = {"input": InputSpec, "output": OutputSpec}
+_CLUSTERS = {"local": LocalClusterSpec, "address": AddressClusterSpec,
+             "scheduler_file": SchedulerFileClusterSpec}
+
+
+def _allowed_keys(owner, loc: tuple) -> list[str]:
+    """Valid keys of the mapping at ``loc`` inside ``owner`` (a model or stage class)."""
+    if owner is not None and not issubclass(owner, BaseModel):  # a stage dataclass
+        import dataclasses
+
+        return [f.name for f in dataclasses.fields(owner)] + ["stage"]
+    if not loc:
+        return list(PipelineSpec.model_fields)
+    if loc[0] in _MODEL_OF_FIELD and len(loc) == 1:
+        return list(_MODEL_OF_FIELD[loc[0]].model_fields)
+    if loc[0] == "cluster" and len(loc) == 2 and loc[1] in _CLUSTERS:
+        return list(_CLUSTERS[loc[1]].model_fields)
+    return []
+
+
+def _format_errors(err: ValidationError, owner, label: str | None, lines: dict, *,
+                   source: str = "", prefix: tuple = ()) -> list[str]:
+    is_stage = owner is not None and not issubclass(owner, BaseModel)
+    out = []
+    for e in err.errors(include_url=False):
+        loc = tuple(e["loc"])
+        # discriminated unions put the tag in the location: ("cluster", "local", "workers")
+        if loc[:1] == ("cluster",) and len(loc) > 1 and loc[1] in _CLUSTERS:
+            shown = ("cluster",) + loc[2:]
+        else:
+            shown = loc
+        full = prefix + shown
+        where = _at(source, lines, full) if source else ""
+        name = _dotted(shown) if shown else ""
+        what = f"{label}: " if label else ""
+        kind = e["type"]
+        if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+            key = str(loc[-1])
+            allowed = _allowed_keys(owner if is_stage else None, loc[:-1] if not is_stage else ())
+            hint = did_you_mean(key, allowed)
+            valid = f" (valid: {', '.join(sorted(allowed))})" if allowed and not hint else ""
+            out.append(f"{where}{what}unknown key {key!r}{hint}{valid}")
+        elif kind in ("missing", "missing_keyword_argument"):
+            out.append(f"{where}{what}missing required key {name!r}")
+        elif kind == "union_tag_invalid":
+            tag = e.get("ctx", {}).get("tag")
+            hint = did_you_mean(tag, _CLUSTERS)
+            out.append(f"{where}{what}{name}.kind: unknown cluster kind {tag!r}{hint} "
+                       f"(valid: {', '.join(_CLUSTERS)})")
+        elif kind == "value_error":
+            msg = e["msg"].removeprefix("Value error, ")
+            out.append(f"{where}{what}{name + ': ' if name else ''}{msg}")
+        else:
+            got = e.get("input")
+            shown_input = "" if isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
+            out.append(f"{where}{what}{name}: {e['msg']}{shown_input}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON Schema for editors
+
+
+def json_schema() -> dict:
+    """JSON Schema of pipeline files, with one entry per registered stage (for autocompletion)."""
+    from pydantic import TypeAdapter
+
+    schema = PipelineSpec.model_json_schema()
+    defs = schema.setdefault("$defs", {})
+    variants = []
+    for name, cls in all_stages().items():
+        sub = TypeAdapter(cls).json_schema(ref_template="#/$defs/{model}")
+        defs.update(sub.pop("$defs", {}))
+        sub["properties"] = {"stage": {"const": name, "description": cls.summary()},
+                             **sub.get("properties", {})}
+        sub["required"] = ["stage", *sub.get("required", [])]
+        sub["title"] = name
+        variants.append(sub)
+    schema["properties"]["stages"] = {"type": "array", "items": {"oneOf": variants},
+                                      "description": "stages, run in order"}
+    schema["title"] = "gpupipe pipeline"
+    return schema
+
+
+__all__ = [
+    "AddressClusterSpec",
+    "InputSpec",
+    "LocalClusterSpec",
+    "OutputSpec",
+    "PipelineSpec",
+    "SchedulerFileClusterSpec",
+    "apply_overrides",
+    "build_stage",
+    "closest",
+    "json_schema",
+    "load_yaml",
+    "parse_pipeline",
+]

@@ -1,0 +1,24 @@
+"""Built-in stages. Importing this package registers them.
+
+>>> from gpupipe.stages import LengthFilter
+>>> LengthFilter(min_words=20).describe()
+'length_filter(min_words=20)'
+"""
+
+from gpupipe.stages.base import Filter, GlobalStage, RowStage, Stage, StageResult, Transform, stage
+from gpupipe.stages.filters.length_filter import LengthFilter
+from gpupipe.stages.layout.repartition import Repartition
+from gpupipe.stages.transforms.normalize_text import NormalizeText
+
+__all__ = [
+    "Filter",
+    "GlobalStage",
+    "LengthFilter",
+    "NormalizeText",
+    "Repartition",
+    "RowStage",
+    "Stage",
+    "StageResult",
+    "Transform",
+    "stage",
+]
