@@ -10,8 +10,15 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from gpupipe import stages
-from gpupipe.errors import (BackendUnavailableError, ClusterError, GpupipeError, InputError,
-                            OutputError, SpecError, StageError)
+from gpupipe.errors import (
+    BackendUnavailableError,
+    ClusterError,
+    GpupipeError,
+    InputError,
+    OutputError,
+    SpecError,
+    StageError,
+)
 from gpupipe.io import read_jsonl, read_parquet
 from gpupipe.pipeline import Pipeline
 from gpupipe.registry import all_stages

@@ -33,7 +33,7 @@ def cmd_run(args) -> int:
     elif args.scheduler_file:
         pipeline = pipeline.model_copy(update={"cluster": SchedulerFileClusterSpec(
             kind="scheduler_file", path=args.scheduler_file)})
-    result = pipeline.run(workers=args.workers, progress=False if args.no_progress else None)
+    result = pipeline.run(workers=args.workers, progress="log" if args.no_progress else None)
     print(result.table())
     acc = result.summary["accounting"]
     out = result.summary["output"]
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="start over instead of resuming")
     p.add_argument("--address", help="attach to a running Dask scheduler at this address")
     p.add_argument("--scheduler-file", help="attach to a Dask scheduler via its scheduler file")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="log lines instead of a live progress bar")
     p.set_defaults(func=cmd_run)
 
     p = with_pipeline(sub.add_parser("validate", help="check a pipeline file without running it"))

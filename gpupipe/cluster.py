@@ -34,8 +34,11 @@ def connect(spec, *, workers: int | None = None) -> Iterator:
                 threads_per_worker=spec.threads_per_worker,
                 processes=True,
                 memory_limit=spec.memory_limit,
-                dashboard_address=None,
-                silence_logs=logging.ERROR,
+                dashboard_address=":0",
+                # task failures are re-raised here with file/stage context; the workers' own
+                # "Compute Failed" tracebacks would only repeat them (shown with -v)
+                silence_logs=logging.WARNING if log.isEnabledFor(logging.DEBUG)
+                else logging.CRITICAL,
             )
         except Exception as e:
             raise ClusterError(f"cannot start a local Dask cluster with {n} worker(s): {e}") from e

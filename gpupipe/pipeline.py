@@ -81,12 +81,14 @@ class Pipeline(PipelineSpec):
             lines.append(f"        └─ writes {where}/")
         return "\n".join(lines)
 
-    def run(self, *, client=None, workers: int | None = None, progress: bool | None = None,
+    def run(self, *, client=None, workers: int | None = None, progress: bool | str | None = None,
             output: str | None = None, overwrite: bool | None = None):
         """Run on a Dask cluster and return a `RunResult` (stats as in ``run.json``).
 
         ``client``: an existing `distributed.Client` to use; otherwise the pipeline's ``cluster``
         section decides (default: a local cluster sized to the machine, ``workers`` overrides).
+        ``progress``: True for a live bar, False for none, "log" for log lines, None for a bar
+        on a terminal or notebook and log lines otherwise.
         """
         from gpupipe.runner.execute import execute
 

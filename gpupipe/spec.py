@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
 
 from gpupipe.errors import SpecError
 from gpupipe.registry import all_stages, closest, did_you_mean, get_stage
@@ -76,9 +85,15 @@ class SchedulerFileClusterSpec(BaseModel):
     timeout: Annotated[float, Field(gt=0)] = 30.0
 
 
+def _cluster_kind(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return value.get("kind", "local")  # `cluster: {workers: 4}` means a local cluster
+    return getattr(value, "kind", None)
+
+
 ClusterSpec = Annotated[
-    Union[LocalClusterSpec, AddressClusterSpec, SchedulerFileClusterSpec],
-    Field(discriminator="kind"),
+    Annotated[LocalClusterSpec, Tag("local")] | Annotated[AddressClusterSpec, Tag("address")] | Annotated[SchedulerFileClusterSpec, Tag("scheduler_file")],
+    Discriminator(_cluster_kind),
 ]
 
 
@@ -117,7 +132,8 @@ class PipelineSpec(BaseModel):
     input: InputSpec
     backend: Literal["auto", "pandas", "cudf"] = "auto"
     cluster: ClusterSpec = Field(default_factory=LocalClusterSpec)
-    stages: list[Stage] = Field(default_factory=list)
+    stages: list[Annotated[Stage, WithJsonSchema({"type": "object"})]] = Field(
+        default_factory=list)
     output: OutputSpec
     seed: int = 0
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import gzip
 import os
 import zlib
 from pathlib import Path
@@ -70,35 +69,44 @@ def read_bytes(path: str) -> tuple[bytes, str | None]:
             with open(path, "rb") as f:
                 return f.read(), None
         if kind == "gzip":
-            return _read_stream(gzip.open(path, "rb"))
+            return _read_frames(path, lambda: zlib.decompressobj(wbits=31), zlib.error)
         import zstandard
 
-        fh = open(path, "rb")
-        return _read_stream(zstandard.ZstdDecompressor().stream_reader(fh, closefd=True))
+        dctx = zstandard.ZstdDecompressor()
+        return _read_frames(path, dctx.decompressobj, zstandard.ZstdError)
     except OSError as e:  # unreadable file: permissions, vanished, I/O error
         raise InputError(f"{path}: cannot read the file ({e})") from e
 
 
-def _read_stream(stream) -> tuple[bytes, str | None]:
+def _read_frames(path: str, new_decompressor, errors) -> tuple[bytes, str | None]:
+    """Decompress every gzip member / zstd frame; on damage, keep what came out before it.
+
+    A stream that just stops (a truncated download) is reported too: the last member never
+    reaches its end marker.
+    """
     parts: list[bytes] = []
     error = None
-    with stream:
-        while True:
-            try:
-                chunk = stream.read(CHUNK)
-            except (EOFError, zlib.error, gzip.BadGzipFile, ValueError) as e:
-                error = f"{type(e).__name__}: {e}"
-                break
-            except Exception as e:  # zstandard.ZstdError and friends
-                if type(e).__module__.startswith("zstandard") or "zstd" in type(e).__name__.lower():
-                    error = f"{type(e).__name__}: {e}"
-                    break
-                raise
+    d, fed = new_decompressor(), False
+    with open(path, "rb") as f:
+        while error is None:
+            chunk = f.read(CHUNK)
             if not chunk:
                 break
-            parts.append(chunk)
+            while chunk:
+                try:
+                    parts.append(d.decompress(chunk))
+                    fed = True
+                except errors as e:
+                    error = f"{type(e).__name__}: {e}"
+                    break
+                if d.eof:  # concatenated members (`cat a.gz b.gz`); NUL padding is allowed
+                    chunk = d.unused_data.lstrip(b"\x00")
+                    d, fed = new_decompressor(), False
+                else:
+                    chunk = b""
+    if error is None and fed and not d.eof:
+        error = "unexpected end of file: the stream stops before its end marker"
     data = b"".join(parts)
     if error is not None:
-        done = sum(map(len, parts))
-        error = f"corrupt or truncated compressed data after {done:,} decompressed bytes ({error})"
+        error = f"corrupt or truncated compressed data after {len(data):,} decompressed bytes ({error})"
     return data, error

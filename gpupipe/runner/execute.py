@@ -17,8 +17,13 @@ from gpupipe.io.writer import write_json
 from gpupipe.runner.plan import Segment, fingerprints, plan
 from gpupipe.runner.progress import make_progress
 from gpupipe.runner.stats import format_table, merge_read, merge_stages
-from gpupipe.runner.tasks import (FrameReader, marker_path, part_name, run_row_partition,
-                                  write_global_partition)
+from gpupipe.runner.tasks import (
+    FrameReader,
+    marker_path,
+    part_name,
+    run_row_partition,
+    write_global_partition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -130,12 +135,12 @@ def make_source(input_spec):
 
 
 def execute(pipeline, *, client=None, workers: int | None = None,
-            progress: bool | None = None) -> RunResult:
+            progress: bool | str | None = None) -> RunResult:
     from gpupipe.backend import resolve_backend
     from gpupipe.cluster import connect, describe
 
     t_start = time.perf_counter()
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     backend = resolve_backend(pipeline.backend)
     source = make_source(pipeline.input)
     segments = plan(pipeline.stages)
@@ -165,7 +170,7 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     summary = {
         "status": "complete",
         "started": started,
-        "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "seconds": round(time.perf_counter() - t_start, 3),
         "gpupipe_version": vers["gpupipe"],
         "fingerprint": fps[-1],

@@ -38,8 +38,14 @@ class RichProgress:
 
     def __init__(self):
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self._progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -70,9 +76,10 @@ class NoProgress:
         pass
 
 
-def make_progress(progress: bool | None):
+def make_progress(progress: bool | str | None):
+    """True: live bar; False: silent; "log": log lines; None: bar on a terminal, else log lines."""
     if progress is False:
         return NoProgress()
-    if progress is None and not sys.stderr.isatty():
+    if progress == "log" or (progress is None and not sys.stderr.isatty()):
         return LogProgress()
     return RichProgress()

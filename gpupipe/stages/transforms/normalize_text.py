@@ -57,7 +57,7 @@ class NormalizeText(Transform):
         if self.max_blank_lines is not None:
             k = self.max_blank_lines
             arr = pc.replace_substring_regex(
-                arr, pattern=r"\n(?:[ \t]*\n){%d,}" % (k + 1), replacement="\n" * (k + 1)
+                arr, pattern=rf"\n(?:[ \t]*\n){{{k + 1},}}", replacement="\n" * (k + 1)
             )
         if self.strip:
             arr = pc.utf8_trim_whitespace(arr)

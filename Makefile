@@ -1,0 +1,37 @@
+# Two commands do everything on a fresh machine:  make demo   and   make test
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test install lint bench data clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "gpupipe needs Python >= 3.11 (set PYTHON=python3.11)")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/gpupipe run pipelines/quickstart.yaml --overwrite
+	@$(BIN)/python -m gpupipe.demo out/quickstart
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check gpupipe tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_quickstart.py
+
+data: $(STAMP)
+	$(BIN)/python data/make_sample.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -1,0 +1,76 @@
+"""Attaching to schedulers that are already running (how gpupipe runs on Slurm allocations)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import gpupipe as gp
+from gpupipe.spec import AddressClusterSpec, SchedulerFileClusterSpec
+from gpupipe.stages import LengthFilter, NormalizeText
+
+
+def make(inp, out, cluster):
+    return gp.Pipeline(input=str(inp), output=str(out), cluster=cluster,
+                       stages=[NormalizeText(), LengthFilter(min_words=30)])
+
+
+def test_attach_by_address(client, tmp_path, small_corpus):
+    address = client.scheduler.address
+    res = make(small_corpus, tmp_path / "o", {"kind": "address", "address": address}).run(
+        progress=False)
+    assert res.summary["cluster"]["kind"] == "address"
+    assert res.summary["cluster"]["workers"] == 2
+    assert res.summary["output"]["docs"] > 0
+
+
+def test_attach_by_scheduler_file_to_separate_processes(tmp_path, small_corpus):
+    """`dask scheduler --scheduler-file` + `dask worker --scheduler-file`, as on a Slurm job."""
+    sched_file = tmp_path / "scheduler.json"
+    bindir = os.path.dirname(sys.executable)
+    env = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
+    procs = [subprocess.Popen([os.path.join(bindir, "dask"), "scheduler", "--scheduler-file",
+                               str(sched_file), "--port", "0", "--dashboard-address", ":0"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.time() + 60
+        while not sched_file.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert sched_file.exists(), "dask scheduler did not start"
+        procs.append(subprocess.Popen(
+            [os.path.join(bindir, "dask"), "worker", "--scheduler-file", str(sched_file),
+             "--nworkers", "1", "--nthreads", "1", "--no-dashboard"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        res = make(small_corpus, tmp_path / "o",
+                   SchedulerFileClusterSpec(kind="scheduler_file", path=str(sched_file),
+                                            timeout=60)).run(progress=False)
+        assert res.summary["cluster"]["kind"] == "scheduler_file"
+        assert res.summary["cluster"]["workers"] == 1
+        assert res.summary["accounting"]["balanced"] and res.summary["output"]["docs"] > 0
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+
+
+def test_unreachable_scheduler_is_a_clear_error(tmp_path, small_corpus):
+    spec = AddressClusterSpec(kind="address", address="tcp://127.0.0.1:9", timeout=2)
+    with pytest.raises(gp.ClusterError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):
+        make(small_corpus, tmp_path / "o", spec).run(progress=False)
+
+
+def test_missing_scheduler_file_is_a_clear_error(tmp_path, small_corpus):
+    spec = SchedulerFileClusterSpec(kind="scheduler_file", path=str(tmp_path / "none.json"))
+    with pytest.raises(gp.ClusterError, match="does not exist.*dask scheduler --scheduler-file"):
+        make(small_corpus, tmp_path / "o", spec).run(progress=False)
+
+
+def test_embedded_local_cluster(tmp_path, small_corpus):
+    res = make(small_corpus, tmp_path / "o", {"kind": "local", "workers": 1}).run(progress=False)
+    assert res.summary["cluster"] == {"kind": "local", "scheduler": res.summary["cluster"][
+        "scheduler"], "workers": 1, "threads": 1}
