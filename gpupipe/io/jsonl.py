@@ -25,8 +25,6 @@ from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonl.gz", ".json.gz", ".ndjson.gz",
                   ".jsonl.zst", ".json.zst", ".ndjson.zst", ".jsonl.zstd")
-_WHITESPACE = np.zeros(256, dtype=bool)
-_WHITESPACE[[9, 10, 11, 12, 13, 32]] = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,13 +94,20 @@ class JsonlSource:
         ids = table.column(self.id_column) if self.id_column is not None else None
         if text.null_count or (ids is not None and ids.null_count):
             return None, 0  # let the line-by-line path name the offending lines
-        lines = _record_line_numbers(data)
-        if lines is None or len(lines) != table.num_rows:
+        n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+        blank = n_lines - table.num_rows
+        if blank < 0:  # more records than lines: two objects on one line; name it line by line
             return None, 0
         if ids is None:
-            prefix = self.derived_id_prefix(path)
-            ids = pc.binary_join_element_wise(prefix, pa.array(lines).cast(pa.string()), "")
-        blank = data.count(b"\n") + (0 if data.endswith(b"\n") else 1) - len(lines)
+            if blank == 0:  # the common case: record k is on line k
+                lines = pa.array(np.arange(1, n_lines + 1, dtype=np.int64))
+            else:
+                found = [k for k, line in enumerate(data.split(b"\n"), 1) if line.strip()]
+                if len(found) != table.num_rows:
+                    return None, 0
+                lines = pa.array(found, pa.int64())
+            ids = pc.binary_join_element_wise(self.derived_id_prefix(path),
+                                              lines.cast(pa.string()), "")
         return from_arrow(pa.table({ID: ids, TEXT: text})), blank
 
     # -- line-by-line path ----------------------------------------------------------------------
@@ -159,14 +164,3 @@ class JsonlSource:
             blank -= 1  # the empty string after the final newline is not a line
         frame = pd.DataFrame({ID: pd.array(ids, dtype=STRING), TEXT: pd.array(texts, dtype=STRING)})
         return frame, blank
-
-
-def _record_line_numbers(data: bytes) -> np.ndarray | None:
-    """1-based numbers of the lines holding a non-whitespace byte (what Arrow parses as records)."""
-    arr = np.frombuffer(data, dtype=np.uint8)
-    newlines = np.flatnonzero(arr == 10)
-    content = np.flatnonzero(~_WHITESPACE[arr])
-    if len(content) == 0:
-        return np.zeros(0, dtype=np.int64)
-    line_of_byte = np.searchsorted(newlines, content, side="left")
-    return np.unique(line_of_byte).astype(np.int64) + 1

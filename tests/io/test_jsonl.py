@@ -152,3 +152,10 @@ def test_concatenated_gzip_members(tmp_path, sample_records):
     p = tmp_path / "m.jsonl.gz"
     p.write_bytes(gzip.compress(a) + gzip.compress(b))
     assert len(source(p).read(0).frame) == 5
+
+
+def test_two_objects_on_one_line_is_malformed(tmp_path):
+    p = tmp_path / "two.jsonl"
+    p.write_text('{"text": "a"} {"text": "b"}\n{"text": "c"}\n')
+    res = source(p, on_error="skip").read(0)
+    assert res.frame["text"].tolist() == ["c"] and res.rejected_counts == {"malformed_json": 1}
