@@ -28,7 +28,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import gpupipe as gp  # noqa: E402
-from gpupipe.frame import STRING  # noqa: E402
 from gpupipe.io.jsonl import JsonlSource  # noqa: E402
 
 
@@ -105,7 +104,8 @@ def main() -> int:
             else:
                 words = st.min_words
                 cur = current["text"].tolist()
-                tp, py = best_of(lambda cur=cur: [x for x in cur if len(x.split()) >= words], 1)
+                tp, py = best_of(lambda cur=cur, words=words: [x for x in cur
+                                                               if len(x.split()) >= words], 1)
                 assert py == res.frame["text"].tolist(), "python baseline disagrees"
             entry["python_loop_seconds"] = round(tp, 4)
             entry["speedup_vs_python_loop"] = round(tp / t, 2)
@@ -120,10 +120,13 @@ def main() -> int:
             p = pipeline.model_copy(update={
                 "input": pipeline.input.model_copy(update={"path": str(tmp / "in")}),
                 "output": pipeline.output.model_copy(update={"path": str(tmp / "out")})})
+            p = p.model_copy(update={"output": p.output.model_copy(update={"overwrite": True})})
             t0 = time.perf_counter()
             res = p.run(client=client, progress=False)
-            t = time.perf_counter() - t0
+            cold = time.perf_counter() - t0  # includes loading compiled kernels in each worker
+            t, res = best_of(lambda: p.run(client=client, progress=False))
         e2e = rate(raw_bytes, len(df), t)
+        e2e["cold_seconds"] = round(cold, 4)
         single = sum(report["stages"][k]["seconds"] for k in report["stages"])
         e2e["parallel_efficiency_vs_one_core"] = round(single / t / args.workers, 2)
         e2e["docs_out"] = res.summary["output"]["docs"]

@@ -31,9 +31,13 @@ def empty_frame(extra: dict[str, str] | None = None) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
-def text_array(series: pd.Series) -> pa.Array | pa.ChunkedArray:
-    """The Arrow array behind a string column (zero-copy for Arrow-backed columns)."""
-    return pa.array(series, type=pa.large_string(), from_pandas=True)
+def text_array(series: pd.Series) -> pa.Array:
+    """The Arrow array behind a string column, as one contiguous ``large_string`` array
+    (zero-copy for an Arrow-backed column held in one chunk)."""
+    arr = pa.array(series, type=pa.large_string(), from_pandas=True)
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    return arr
 
 
 def string_series(values: pa.Array | pa.ChunkedArray, index: pd.Index) -> pd.Series:

@@ -17,7 +17,9 @@ WORD = f"[^{WHITESPACE_CLASS}]+"
 
 def count_words(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Number of whitespace-separated words per string (== ``len(s.split())``)."""
-    return _to_numpy(pc.count_substring_regex(arr, WORD))
+    from gpupipe.kernels import count_words as kernel
+
+    return kernel(arr)
 
 
 def count_chars(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:

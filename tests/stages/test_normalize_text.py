@@ -61,3 +61,25 @@ def test_idempotent_and_matches_python_nfc(texts):
         assert unicodedata.normalize("NFC", t) == t
         assert t == t.strip()
         assert "\r" not in t and "\x00" not in t
+
+
+_TRICKY = st.sampled_from(["e", "\u0301", "\u0327", "A", "\u212b", "\u1100", "\u1161", "\u11a8",
+                           "\uac00", "\u0b47", "\u0b3e", "\ufb01", "\u2460", "\u00e9", "\U0001d15e",
+                           "\u0344", " ", "\u2126", "\u0958", "x"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text(_TRICKY, max_size=12) | st.text(max_size=12), min_size=1, max_size=8),
+       st.sampled_from(["NFC", "NFKC", "NFD", "NFKD"]))
+def test_unicode_forms_equal_python(texts, form):
+    import pyarrow as pa
+
+    from gpupipe.kernels import needs_normalization
+    from gpupipe.stages.transforms.normalize_text import _normalize
+
+    arr = pa.array(texts, pa.large_string())
+    got = _normalize(arr, form).to_pylist()
+    assert got == [unicodedata.normalize(form, t) for t in texts]
+    for t, need in zip(texts, needs_normalization(arr, form)):
+        if not need:
+            assert unicodedata.normalize(form, t) == t

@@ -1,0 +1,134 @@
+"""Compiled CPU kernels (numba) over the UTF-8 buffers of Arrow string arrays.
+
+Each kernel walks the bytes of every string once, without creating Python objects. They work
+on ``(offsets, data)`` views of an Arrow (large_)string array, see `utf8_buffers`.
+"""
+
+from __future__ import annotations
+
+import functools
+import unicodedata
+
+import numba
+import numpy as np
+import pyarrow as pa
+
+
+def utf8_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Zero-copy ``(offsets int64[n + 1], data uint8[...])`` of a string array."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    if pa.types.is_string(arr.type):
+        arr = arr.cast(pa.large_string())
+    _, off_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(off_buf, dtype=np.int64)[arr.offset: arr.offset + len(arr) + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(
+        0, np.uint8)
+    return offsets, data
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _count_words(offsets, data, out):
+    # whitespace = exactly what Python's str.split() splits on
+    n = data.shape[0]
+    for k in range(out.shape[0]):
+        i = offsets[k]
+        end = offsets[k + 1]
+        words = 0
+        inword = False
+        while i < end:
+            b = data[i]
+            ws = False
+            step = 1
+            if b < 0x80:
+                ws = b == 32 or (9 <= b and b <= 13) or (28 <= b and b <= 31)
+            elif b < 0xE0:
+                step = 2
+                if b == 0xC2 and i + 1 < n:
+                    c = data[i + 1]
+                    ws = c == 0x85 or c == 0xA0
+            elif b < 0xF0:
+                step = 3
+                if i + 2 < n:
+                    c = data[i + 1]
+                    d = data[i + 2]
+                    if b == 0xE2:
+                        if c == 0x80:
+                            ws = d <= 0x8A or d == 0xA8 or d == 0xA9 or d == 0xAF
+                        elif c == 0x81:
+                            ws = d == 0x9F
+                    elif b == 0xE1:
+                        ws = c == 0x9A and d == 0x80
+                    elif b == 0xE3:
+                        ws = c == 0x80 and d == 0x80
+            else:
+                step = 4
+            if ws:
+                inword = False
+            elif not inword:
+                inword = True
+                words += 1
+            i += step
+        out[k] = words
+    return out
+
+
+def count_words(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Words per string, identical to ``len(s.split())``."""
+    offsets, data = utf8_buffers(arr)
+    return _count_words(offsets, data, np.empty(len(offsets) - 1, dtype=np.int64))
+
+
+@functools.cache
+def stable_table(form: str) -> np.ndarray:
+    """``table[cp]`` is True when BMP code point ``cp`` can never change under ``form``,
+    whatever surrounds it (quick-check Yes, combining class 0, never the second half of a
+    canonical composition). Built once per process from `unicodedata`."""
+    seconds = set()
+    for cp in range(0x10000):
+        dec = unicodedata.decomposition(chr(cp))
+        if dec and not dec.startswith("<"):
+            parts = dec.split()
+            if len(parts) == 2:
+                seconds.add(int(parts[1], 16))
+    table = np.zeros(0x10000, dtype=np.bool_)
+    for cp in range(0x10000):
+        if 0xD800 <= cp <= 0xDFFF or 0x1100 <= cp <= 0x11FF or cp in seconds:
+            continue  # surrogates; Hangul jamo compose algorithmically
+        c = chr(cp)
+        table[cp] = unicodedata.combining(c) == 0 and unicodedata.is_normalized(form, c)
+    return table
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _needs_normalization(offsets, data, table, out):
+    for k in range(out.shape[0]):
+        i = offsets[k]
+        end = offsets[k + 1]
+        need = False
+        while i < end:
+            b = data[i]
+            if b < 0x80:
+                i += 1
+                continue
+            if b < 0xE0:
+                cp = ((b & 0x1F) << 6) | (data[i + 1] & 0x3F)
+                i += 2
+            elif b < 0xF0:
+                cp = ((b & 0x0F) << 12) | ((data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F)
+                i += 3
+            else:
+                need = True
+                break
+            if not table[cp]:
+                need = True
+                break
+        out[k] = need
+    return out
+
+
+def needs_normalization(arr: pa.Array | pa.ChunkedArray, form: str) -> np.ndarray:
+    """Per string: whether Unicode normalisation ``form`` might change it (never a false "no")."""
+    offsets, data = utf8_buffers(arr)
+    return _needs_normalization(offsets, data, stable_table(form),
+                                np.empty(len(offsets) - 1, dtype=np.bool_))
