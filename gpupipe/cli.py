@@ -40,7 +40,16 @@ def cmd_run(args) -> int:
     print(f"records in {acc['records_in']:,} = kept {acc['docs_out']:,} + dropped "
           f"{acc['dropped']:,} + rejected {acc['rejected']:,}")
     print(f"output: {out['data']}  ({out['docs']:,} documents in {out['partitions']} Parquet "
-          f"file(s))\nstats:  {out['path']}/run.json   ({result.summary['seconds']:.1f}s)")
+          f"file(s))")
+    shards = result.summary.get("shards")
+    if shards:
+        parts = ", ".join(f"{s}: {t['shards']} shard(s), {t['documents']:,} docs, "
+                          f"{t['tokens']:,} tokens" for s, t in shards["totals"].items())
+        print(f"shards: {shards['directory']}  ({shards['format']}, {shards['dtype']}; {parts})")
+        if shards["format"].startswith("megatron"):
+            print(f"        Megatron: --data-args-path {shards['data_args']}  or "
+                  f"--per-split-data-args-path {shards['directory']}/per_split_data_args.json")
+    print(f"stats:  {out['path']}/run.json   ({result.summary['seconds']:.1f}s)")
     return 0
 
 
@@ -122,6 +131,64 @@ def cmd_schema(args) -> int:
     return 0
 
 
+def cmd_train_tokenizer(args) -> int:
+    import itertools
+
+    from gpupipe.io.files import common_root, expand_paths
+    from gpupipe.io.jsonl import JSONL_SUFFIXES, JsonlSource
+    from gpupipe.io.parquet import PARQUET_SUFFIXES, ParquetSource
+    from gpupipe.shards.tokenizer import train_bpe
+
+    is_parquet = all(p.endswith(PARQUET_SUFFIXES) for p in args.input)
+    files = expand_paths(args.input, suffixes=PARQUET_SUFFIXES if is_parquet else JSONL_SUFFIXES)
+    cls = ParquetSource if is_parquet else JsonlSource
+    source = cls(files=tuple(files), root=common_root(files), text_column=args.text_column,
+                 on_error="skip")
+
+    def texts():
+        for i in range(source.npartitions):
+            yield from source.read(i).frame["text"].tolist()
+
+    stream = itertools.islice(texts(), args.max_documents) if args.max_documents else texts()
+    specials = tuple(dict.fromkeys(["<|endoftext|>", "<|pad|>", *(args.special_token or [])]))
+    logging.getLogger("gpupipe").info("training byte-level BPE (vocab %d) on %d file(s)",
+                                      args.vocab_size, len(files))
+    tok = train_bpe(stream, vocab_size=args.vocab_size, min_frequency=args.min_frequency,
+                    special_tokens=specials)
+    import os
+
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    tok.save(args.output, pretty=False)
+    print(f"wrote {args.output}: vocab {tok.get_vocab_size()}, special tokens {list(specials)}")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from gpupipe.shards.inspect import decode_document, verify
+
+    manifest, problems = verify(args.shards, hashes=not args.no_hash)
+    print(f"{args.shards}: {manifest['format']}, dtype {manifest['dtype']}, tokenizer "
+          f"{manifest['tokenizer']['path']} (vocab {manifest['tokenizer']['vocab_size']}, "
+          f"eod {manifest['tokenizer']['eod_id']}), seed {manifest['seed']}")
+    for split, t in manifest["totals"].items():
+        print(f"  {split:5s}  {t['shards']:4d} shard(s)  {t['documents']:>10,} documents  "
+              f"{t['tokens']:>14,} tokens")
+    if args.doc:
+        prefix, _, k = args.doc.rpartition(":")
+        if not prefix or not k.isdigit():
+            raise SpecError(f"--doc {args.doc!r}: expected PREFIX:K, e.g. train/train-00000:0")
+        ids, text = decode_document(args.shards, prefix, int(k), args.tokenizer)
+        print(f"\n{prefix}:{k}  ({len(ids)} tokens, first ids {ids[:12]})\n{text}")
+    if problems:
+        print(f"\n{len(problems)} problem(s):", file=sys.stderr)
+        for p in problems:
+            print(f"  {p}", file=sys.stderr)
+        return 1
+    print("ok: every shard matches the manifest" + (" (sizes and invariants; hashes skipped)"
+                                                   if args.no_hash else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gpupipe", description="LLM training-data pipelines on "
                                  "pandas or cuDF, distributed with Dask.")
@@ -156,6 +223,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", help="show only this stage")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_stages)
+
+    p = sub.add_parser("train-tokenizer", help="train a byte-level BPE tokenizer on JSONL/Parquet")
+    p.add_argument("input", nargs="+", help="files, directories or globs")
+    p.add_argument("-o", "--output", required=True, help="tokenizer.json to write")
+    p.add_argument("--vocab-size", type=int, default=32000)
+    p.add_argument("--min-frequency", type=int, default=2)
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--max-documents", type=int, help="train on the first N documents only")
+    p.add_argument("--special-token", action="append", help="extra special token (repeatable)")
+    p.set_defaults(func=cmd_train_tokenizer)
+
+    p = sub.add_parser("inspect", help="verify shards against their manifest, decode documents")
+    p.add_argument("shards", help="shard directory (or the run directory holding shards/)")
+    p.add_argument("--doc", metavar="PREFIX:K", help="decode document K of a shard, "
+                   "e.g. train/train-00000:0")
+    p.add_argument("--tokenizer", help="tokenizer.json (default: the one in the manifest)")
+    p.add_argument("--no-hash", action="store_true", help="skip sha256 checks (faster)")
+    p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("schema", help="print the JSON Schema of pipeline files")
     p.set_defaults(func=cmd_schema)

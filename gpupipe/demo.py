@@ -11,19 +11,25 @@ import textwrap
 def main(run_dir: str) -> int:
     with open(os.path.join(run_dir, "run.json"), encoding="utf-8") as f:
         summary = json.load(f)
-    data = summary["output"]["data"]
-    files = sorted(f for f in os.listdir(data) if f.endswith(".parquet"))
-    print(f"\nThe cleaned corpus is in {os.path.abspath(data)}/ ({len(files)} Parquet files, "
-          f"{summary['output']['docs']:,} documents).")
-    if files:
-        import pyarrow.parquet as pq
+    out = summary["output"]
+    print(f"\nCleaned documents: {os.path.abspath(out['data'])}/ ({out['docs']:,} documents, "
+          f"Parquet)")
+    shards = summary.get("shards")
+    if shards:
+        from gpupipe.shards.inspect import decode_document
+        from gpupipe.shards.writer import read_manifest
 
-        row = pq.read_table(os.path.join(data, files[0])).slice(0, 1).to_pylist()
-        if row:
-            snippet = textwrap.shorten(row[0]["text"], width=300, placeholder=" ...")
-            print(f"First document ({row[0]['id']}):\n  {snippet}")
+        manifest = read_manifest(shards["directory"])
+        print(f"Training shards:   {os.path.abspath(shards['directory'])}/")
+        for s in manifest["shards"]:
+            print(f"  {s['prefix']}.bin/.idx  {s['documents']:6,} docs  {s['tokens']:9,} tokens")
+        first = manifest["shards"][0]["prefix"]
+        ids, text = decode_document(shards["directory"], first, 0)
+        print(f"Decoded {first}:0 ({len(ids)} tokens):\n  "
+              + textwrap.shorten(text, width=300, placeholder=" ..."))
+        print(f"Megatron-LM / NeMo: --data-args-path {os.path.abspath(shards['data_args'])}")
+        print(f"Verify: .venv/bin/gpupipe inspect {shards['directory']}")
     print(f"Per-stage statistics: {os.path.abspath(os.path.join(run_dir, 'run.json'))}")
-    print("Next: `.venv/bin/gpupipe explain pipelines/quickstart.yaml`, or edit the YAML and rerun.")
     return 0
 
 

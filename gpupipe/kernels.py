@@ -96,7 +96,10 @@ def stable_table(form: str) -> np.ndarray:
         if 0xD800 <= cp <= 0xDFFF or 0x1100 <= cp <= 0x11FF or cp in seconds:
             continue  # surrogates; Hangul jamo compose algorithmically
         c = chr(cp)
-        table[cp] = unicodedata.combining(c) == 0 and unicodedata.is_normalized(form, c)
+        # code points unassigned in Python's Unicode version may have a decomposition in the
+        # newer Unicode that Arrow's normaliser knows: always let Arrow look at them
+        table[cp] = (unicodedata.category(c) != "Cn" and unicodedata.combining(c) == 0
+                     and unicodedata.is_normalized(form, c))
     return table
 
 

@@ -20,6 +20,7 @@ from pydantic import (
     ValidationError,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
 from gpupipe.errors import SpecError
@@ -97,6 +98,38 @@ ClusterSpec = Annotated[
 ]
 
 
+SPLITS = ("train", "valid", "test")
+
+
+class ShardSpec(BaseModel):
+    """Training shards written after a ``tokenize`` stage (``<output>/shards/``)."""
+
+    model_config = _STRICT
+    num_shards: Annotated[int | None, Field(ge=1)] = Field(
+        None, description="shards of the train split (other splits get a proportional number)")
+    target_shard_tokens: Annotated[int | None, Field(ge=1)] = Field(
+        None, description="instead of num_shards: about this many tokens per shard")
+    seed: int = Field(1234, description="shard = hash64(seed, id) mod shards; order = that hash")
+    splits: dict[Literal["train", "valid", "test"], Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=lambda: {"train": 1.0},
+        description="fraction of documents per split, by the same hash; sums to 1")
+    format: Literal["megatron", "datatrove"] = "megatron"
+    packing: Literal["none", "bfd"] = Field(
+        "none", description="bfd: best-fit-decreasing packs of exactly seq_length tokens")
+    seq_length: Annotated[int | None, Field(ge=2)] = None
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.num_shards is not None and self.target_shard_tokens is not None:
+            raise ValueError("give num_shards or target_shard_tokens, not both")
+        total = sum(self.splits.values())
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"split fractions must sum to 1 (they sum to {total:g})")
+        if self.packing == "bfd" and self.seq_length is None:
+            raise ValueError("packing: bfd needs seq_length (tokens per packed sequence)")
+        return self
+
+
 class OutputSpec(BaseModel):
     """Where the run directory goes."""
 
@@ -104,6 +137,8 @@ class OutputSpec(BaseModel):
     path: str = Field(description="run directory (run.json, data/, checkpoints/, ...)")
     overwrite: bool = Field(
         False, description="delete an existing run directory first instead of resuming it")
+    shards: ShardSpec | None = Field(
+        None, description="training shards; written when the pipeline ends with tokenize")
 
 
 def build_stage(entry: Any, where: str = "stage") -> Stage:
@@ -153,6 +188,22 @@ class PipelineSpec(BaseModel):
     @classmethod
     def _input_path(cls, value):
         return {"path": os.fspath(value)} if isinstance(value, (str, os.PathLike)) else value
+
+    @model_validator(mode="after")
+    def _tokenize_last(self):
+        names = [s.stage_name for s in self.stages]
+        if "tokenize" in names:
+            if names.index("tokenize") != len(names) - 1 or names.count("tokenize") > 1:
+                raise ValueError("stages: tokenize must be the last stage (the shards are "
+                                 "written from its tokens)")
+            if self.output.shards is None:
+                self.output.shards = ShardSpec()
+        elif self.output.shards is not None:
+            raise ValueError("output.shards needs a tokenize stage at the end of the pipeline")
+        return self
+
+    def tokenizer_stage(self):
+        return self.stages[-1] if self.stages and self.stages[-1].stage_name == "tokenize" else None
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved pipeline (every default filled in), as a pipeline file would say it."""
@@ -308,6 +359,7 @@ def _dotted(loc: tuple) -> str:
 
 
 _MODEL_OF_FIELD = {"input": InputSpec, "output": OutputSpec}
+_NESTED_MODELS = {("output", "shards"): ShardSpec}
 _CLUSTERS = {"local": LocalClusterSpec, "address": AddressClusterSpec,
              "scheduler_file": SchedulerFileClusterSpec}
 
@@ -322,6 +374,8 @@ def _allowed_keys(owner, loc: tuple) -> list[str]:
         return list(PipelineSpec.model_fields)
     if loc[0] in _MODEL_OF_FIELD and len(loc) == 1:
         return list(_MODEL_OF_FIELD[loc[0]].model_fields)
+    if tuple(loc) in _NESTED_MODELS:
+        return list(_NESTED_MODELS[tuple(loc)].model_fields)
     if loc[0] == "cluster" and len(loc) == 2 and loc[1] in _CLUSTERS:
         return list(_CLUSTERS[loc[1]].model_fields)
     return []
@@ -398,6 +452,7 @@ __all__ = [
     "OutputSpec",
     "PipelineSpec",
     "SchedulerFileClusterSpec",
+    "ShardSpec",
     "apply_overrides",
     "build_stage",
     "closest",

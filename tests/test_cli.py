@@ -77,7 +77,11 @@ def test_run_quickstart(tmp_path):
     assert "[0] read → normalize_text → length_filter" in r.stderr  # progress lines
     demo = subprocess.run([sys.executable, "-m", "gpupipe.demo", str(out)], capture_output=True,
                           text=True)
-    assert "First document" in demo.stdout
+    assert "Decoded train/train-00000:0" in demo.stdout and "Training shards" in demo.stdout
+    assert "shards: " in r.stdout and "--data-args-path" in r.stdout
+    r = cli("inspect", str(out), "--doc", "train/train-00001:2")
+    assert r.returncode == 0, r.stderr
+    assert "ok: every shard matches the manifest" in r.stdout and "tokens, first ids" in r.stdout
 
 
 @pytest.mark.parametrize("policy, code", [("fail", 1), ("skip", 0)])

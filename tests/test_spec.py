@@ -178,4 +178,5 @@ def test_json_schema_lists_every_stage():
 
 def test_quickstart_pipeline_is_valid():
     p = gp.Pipeline.from_yaml("pipelines/quickstart.yaml")
-    assert [s.stage_name for s in p.stages] == ["normalize_text", "length_filter"]
+    assert [s.stage_name for s in p.stages] == ["normalize_text", "length_filter", "tokenize"]
+    assert p.output.shards.num_shards == 4

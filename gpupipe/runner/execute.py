@@ -40,6 +40,10 @@ class RunResult:
         return self.summary["output"]["data"]
 
     @property
+    def shards_path(self) -> str | None:
+        return (self.summary.get("shards") or {}).get("directory")
+
+    @property
     def stats(self) -> dict:
         return self.summary
 
@@ -154,13 +158,18 @@ def execute(pipeline, *, client=None, workers: int | None = None,
 
     bar = make_progress(progress)
     try:
+        def run_all(c):
+            result = _run_segments(pipeline, c, source, segments, fps, out, bar)
+            if pipeline.tokenizer_stage() is not None:
+                result["shards"] = _run_shards(c, pipeline, out, fps[-1],
+                                               result["output"]["partitions"], bar, vers)
+            return result, describe(c)
+
         if client is not None:
-            summary = _run_segments(pipeline, client, source, segments, fps, out, bar)
-            cluster_info = describe(client)
+            summary, cluster_info = run_all(client)
         else:
             with connect(pipeline.cluster, workers=workers) as own:
-                summary = _run_segments(pipeline, own, source, segments, fps, out, bar)
-                cluster_info = describe(own)
+                summary, cluster_info = run_all(own)
     except BaseException as e:
         bar.close()
         write_json({**base, "status": "failed", "error": f"{type(e).__name__}: {e}"},
@@ -266,7 +275,7 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
     }
 
 
-def _wait(futures, bar, seg: Segment) -> list[dict]:
+def _wait(futures, bar, label: str) -> list[dict]:
     from distributed import as_completed
 
     results = []
@@ -281,13 +290,71 @@ def _wait(futures, bar, seg: Segment) -> list[dict]:
                 if type(e).__name__ == "KilledWorker":
                     hint = (" — a worker died, most often out of memory: use fewer/larger workers "
                             "(cluster.workers, cluster.memory_limit) or smaller input files")
-                raise StageError(f"{seg.name}: a task failed: {type(e).__name__}: {e}{hint}") from e
+                raise StageError(f"{label}: a task failed: {type(e).__name__}: {e}{hint}") from e
             bar.advance()
     except BaseException:
         for f in futures:
             f.cancel()
         raise
     return results
+
+
+def _run_shards(client, pipeline, out, fingerprint, partitions, bar, vers) -> dict:
+    """Route the tokenized partitions and write the shards (skipped when already complete)."""
+    import hashlib
+
+    from gpupipe.shards import writer
+    from gpupipe.shards.megatron import token_dtype
+    from gpupipe.shards.routing import SPLIT_ORDER, shards_per_split
+
+    spec = pipeline.output.shards
+    spec_dict = spec.model_dump(mode="json")
+    tok_stage = pipeline.tokenizer_stage()
+    info = tok_stage.info()
+    fp = hashlib.sha256(json.dumps([fingerprint, spec_dict], sort_keys=True).encode()).hexdigest()
+    shards_dir = os.path.join(out, "shards")
+    t0 = time.perf_counter()
+    try:
+        manifest = writer.read_manifest(shards_dir)
+    except (OSError, ValueError):
+        manifest = None
+    if manifest is not None and manifest.get("fingerprint") == fp[:16]:
+        log.info("shards: %s is complete for this pipeline; nothing to write", shards_dir)
+        return _shard_summary(shards_dir, manifest, computed=False, seconds=0.0)
+    writer.clean(shards_dir)
+    route_dir = os.path.join(shards_dir, "_route")
+    dtype = token_dtype(info.vocab_size).name
+    data = os.path.join(out, "data")
+    files = [os.path.join(data, part_name(i) + ".parquet") for i in range(partitions)]
+    bar.start("[shards] route", partitions)
+    futures = client.map(writer.route_partition, list(range(partitions)), files,
+                         route_dir=route_dir, seed=spec.seed, fractions=dict(spec.splits),
+                         dtype=dtype, vocab_size=info.vocab_size, pure=False,
+                         key=[f"gpupipe-route-{fp[:16]}-{i}" for i in range(partitions)])
+    routes = _wait(futures, bar, "shards/route")
+    tokens = {s: sum(r["tokens"][s] for r in routes) for s in SPLIT_ORDER}
+    counts = shards_per_split(spec, tokens)
+    tasks = [(s, j, counts[s]) for s in SPLIT_ORDER for j in range(counts[s])]
+    bar.start("[shards] write", len(tasks))
+    futures = client.map(writer.write_shard, [t[0] for t in tasks], [t[1] for t in tasks],
+                         [t[2] for t in tasks], route_dir=route_dir, partitions=partitions,
+                         shards_dir=shards_dir, spec=spec_dict, eod_id=info.eod_id,
+                         tokenizer_name=os.path.basename(info.path), pure=False,
+                         key=[f"gpupipe-shard-{fp[:16]}-{s}-{j}" for s, j, _ in tasks])
+    written = [r for r in _wait(futures, bar, "shards/write") if r is not None]
+    manifest = writer.write_manifest(shards_dir, shards=written, spec=spec_dict, tokenizer=info,
+                                     dtype=dtype, version=vers["gpupipe"], fingerprint=fp[:16],
+                                     append_eod=tok_stage.append_eod)
+    shutil.rmtree(route_dir, ignore_errors=True)
+    return _shard_summary(shards_dir, manifest, computed=True,
+                          seconds=round(time.perf_counter() - t0, 3))
+
+
+def _shard_summary(shards_dir, manifest, *, computed: bool, seconds: float) -> dict:
+    return {"directory": shards_dir, "format": manifest["format"], "dtype": manifest["dtype"],
+            "shards": len(manifest["shards"]), "totals": manifest["totals"],
+            "computed": computed, "seconds": seconds,
+            "data_args": os.path.join(shards_dir, "data_args.txt")}
 
 
 def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir, bar):
@@ -309,7 +376,7 @@ def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir
         futures = client.map(run_row_partition, todo, source=source, stages=stages,
                              out_dir=directory, stats_dir=stats_dir, rejected_dir=rejected_dir,
                              key=[f"gpupipe-{seg.name}-{fp}-{i}" for i in todo], pure=False)
-        reports.extend(_wait(futures, bar, seg))
+        reports.extend(_wait(futures, bar, seg.name))
     reports.sort(key=lambda r: r["partition"])
     return reports, len(todo)
 
@@ -340,7 +407,7 @@ def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, ba
               for i, p in enumerate(parts)]
     bar.start(f"[{seg.index}] {seg.stages[0].stage_name}", n)
     futures = client.compute(writes)
-    reports = sorted(_wait(futures, bar, seg), key=lambda r: r["partition"])
+    reports = sorted(_wait(futures, bar, seg.name), key=lambda r: r["partition"])
     write_json({"fingerprint": fp, "kind": "global", "partitions": n, "complete": True,
                 "seconds": round(time.perf_counter() - t0, 4)},
                os.path.join(directory, "_segment.json"))

@@ -18,14 +18,14 @@ class LogProgress:
     def start(self, label: str, total: int, done: int = 0) -> None:
         self.label, self.total, self.done, self.next_pct = label, total, done, 10
         self.t0 = time.perf_counter()
-        log.info("%s: %d partition(s)%s", label, total,
+        log.info("%s: %d task(s)%s", label, total,
                  f", {done} already done (resumed)" if done else "")
 
     def advance(self, n: int = 1) -> None:
         self.done += n
         pct = 100 * self.done // max(self.total, 1)
         if pct >= self.next_pct or self.done == self.total:
-            log.info("%s: %d/%d partitions (%.1fs)", self.label, self.done, self.total,
+            log.info("%s: %d/%d tasks (%.1fs)", self.label, self.done, self.total,
                      time.perf_counter() - self.t0)
             self.next_pct = (pct // 10 + 1) * 10
 

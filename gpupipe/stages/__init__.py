@@ -9,6 +9,7 @@ from gpupipe.stages.base import Filter, GlobalStage, RowStage, Stage, StageResul
 from gpupipe.stages.filters.length_filter import LengthFilter
 from gpupipe.stages.layout.repartition import Repartition
 from gpupipe.stages.transforms.normalize_text import NormalizeText
+from gpupipe.stages.transforms.tokenize import Tokenize
 
 __all__ = [
     "Filter",
@@ -19,6 +20,7 @@ __all__ = [
     "RowStage",
     "Stage",
     "StageResult",
+    "Tokenize",
     "Transform",
     "stage",
 ]

@@ -68,8 +68,13 @@ _TRICKY = st.sampled_from(["e", "\u0301", "\u0327", "A", "\u212b", "\u1100", "\u
                            "\u0344", " ", "\u2126", "\u0958", "x"])
 
 
+# characters assigned in Python's Unicode version (Arrow's normaliser may know a newer one)
+_ASSIGNED = st.characters(exclude_categories=["Cn", "Cs"])
+
+
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.text(_TRICKY, max_size=12) | st.text(max_size=12), min_size=1, max_size=8),
+@given(st.lists(st.text(_TRICKY, max_size=12) | st.text(_ASSIGNED, max_size=12), min_size=1,
+                max_size=8),
        st.sampled_from(["NFC", "NFKC", "NFD", "NFKD"]))
 def test_unicode_forms_equal_python(texts, form):
     import pyarrow as pa

@@ -1,0 +1,104 @@
+"""Hugging Face ``tokenizers`` files: loading (once per process), special ids, training."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+
+#: end-of-document tokens looked for, in order, when the pipeline names none
+EOD_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>", "[SEP]")
+BOS_CANDIDATES = ("<|begin_of_text|>", "<s>", "<bos>", "[CLS]")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerInfo:
+    path: str
+    sha256: str
+    vocab_size: int
+    eod_id: int | None
+    eod_token: str | None
+    bos_id: int | None
+    bos_token: str | None
+    pad_id: int | None
+
+
+def file_sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: str, sha256: str):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(path)
+
+
+def load_tokenizer(path: str):
+    """The `tokenizers.Tokenizer` in ``path``, loaded once per process (keyed by content)."""
+    try:
+        return _load(os.path.abspath(path), file_sha256(path))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"tokenizer file {path!r} does not exist") from None
+    except Exception as e:
+        raise ValueError(f"{path!r} is not a Hugging Face tokenizers JSON file ({e})") from None
+
+
+def _token_id(tok, token: str | None) -> int | None:
+    return None if token is None else tok.token_to_id(token)
+
+
+def describe_tokenizer(path: str, *, eod_token: str | None = None, eod_id: int | None = None,
+                       bos_token: str | None = None) -> TokenizerInfo:
+    """Resolve the special ids a pipeline needs; ValueError says what is missing and the fix."""
+    tok = load_tokenizer(path)
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    if eod_id is not None:
+        if not 0 <= eod_id < vocab:
+            raise ValueError(f"eod_id {eod_id} is outside the vocabulary (size {vocab})")
+        eod_token = tok.id_to_token(eod_id)
+    elif eod_token is not None:
+        eod_id = _token_id(tok, eod_token)
+        if eod_id is None:
+            raise ValueError(f"eod_token {eod_token!r} is not in tokenizer {path!r}")
+    else:
+        for cand in EOD_CANDIDATES:
+            if (eod_id := _token_id(tok, cand)) is not None:
+                eod_token = cand
+                break
+        else:
+            raise ValueError(
+                f"tokenizer {path!r} has no end-of-document token ({', '.join(EOD_CANDIDATES)}); "
+                f"set eod_token or eod_id, or train one with `gpupipe train-tokenizer`")
+    bos_id = None
+    if bos_token is not None:
+        bos_id = _token_id(tok, bos_token)
+        if bos_id is None:
+            raise ValueError(f"bos_token {bos_token!r} is not in tokenizer {path!r}")
+    else:
+        for cand in BOS_CANDIDATES:
+            if (bos_id := _token_id(tok, cand)) is not None:
+                bos_token = cand
+                break
+    pad_id = next((i for t in ("<|pad|>", "<pad>", "[PAD]") if (i := _token_id(tok, t)) is not None),
+                  None)
+    return TokenizerInfo(path=path, sha256=file_sha256(path), vocab_size=vocab, eod_id=eod_id,
+                         eod_token=eod_token, bos_id=bos_id, bos_token=bos_token, pad_id=pad_id)
+
+
+def train_bpe(texts, *, vocab_size: int, min_frequency: int = 2,
+              special_tokens: tuple[str, ...] = ("<|endoftext|>", "<|pad|>")):
+    """A byte-level BPE tokenizer (GPT-2 style) trained on an iterator of texts."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(special_tokens),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok

@@ -1,0 +1,89 @@
+"""tokenize: text -> token ids with a Hugging Face ``tokenizers`` file, EOD appended."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pydantic import Field
+
+from gpupipe.frame import TEXT
+from gpupipe.stages.base import StageResult, Transform, stage
+
+TOKENS = "tokens"
+TOKENS_TYPE = pa.list_(pa.int32())
+
+
+@stage("tokenize")
+class Tokenize(Transform):
+    """Encode ``text`` into a ``tokens`` column (int32 ids) with a tokenizers JSON file.
+
+    The end-of-document id is appended to every document (from ``eod_token`` / ``eod_id``, or
+    the tokenizer's own ``<|endoftext|>``, ``</s>``, ...). The tokenizer is loaded once per
+    worker process. When the pipeline has this stage, the run ends by writing training shards
+    (``output.shards``). It must be the last stage.
+    """
+
+    tokenizer: str = Field(description="path of a tokenizers JSON file (tokenizer.json)")
+    eod_token: str | None = None
+    eod_id: Annotated[int | None, Field(ge=0)] = None
+    append_eod: bool = True
+    add_bos: bool = False
+    bos_token: str | None = None
+    add_special_tokens: bool = False
+    batch_size: Annotated[int, Field(ge=1)] = 1024
+    keep_text: bool = True
+
+    def __post_init__(self):
+        # fail before any data is read: missing file, not a tokenizer, no EOD token
+        self.info()
+
+    def info(self):
+        from gpupipe.shards.tokenizer import describe_tokenizer
+
+        try:
+            return describe_tokenizer(self.tokenizer, eod_token=self.eod_token,
+                                      eod_id=self.eod_id, bos_token=self.bos_token)
+        except FileNotFoundError as e:
+            raise ValueError(str(e)) from None
+
+    def added_columns(self) -> dict[str, str]:
+        return {TOKENS: pd.ArrowDtype(TOKENS_TYPE)}
+
+    def transform(self, df):
+        from gpupipe.shards.tokenizer import load_tokenizer
+
+        info = self.info()
+        tok = load_tokenizer(self.tokenizer)
+        if self.add_bos and info.bos_id is None:
+            raise ValueError(f"add_bos: tokenizer {self.tokenizer!r} has no BOS token; "
+                             f"set bos_token")
+        texts = df[TEXT].tolist()
+        lengths = np.empty(len(texts), dtype=np.int64)
+        chunks: list[np.ndarray] = []
+        extra = int(self.append_eod) + int(self.add_bos)
+        for start in range(0, len(texts), self.batch_size):
+            batch = tok.encode_batch_fast(texts[start: start + self.batch_size],
+                                          add_special_tokens=self.add_special_tokens)
+            for k, enc in enumerate(batch):
+                ids = np.asarray(enc.ids, dtype=np.int32)
+                lengths[start + k] = len(ids) + extra
+                if self.add_bos:
+                    chunks.append(np.array([info.bos_id], dtype=np.int32))
+                chunks.append(ids)
+                if self.append_eod:
+                    chunks.append(np.array([info.eod_id], dtype=np.int32))
+        flat = np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
+        if flat.size >= 2**31:
+            raise ValueError(f"{flat.size:,} tokens in one partition exceed the 2^31 limit of a "
+                             f"list column; add a repartition stage before tokenize")
+        offsets = np.zeros(len(texts) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        arr = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
+        out = df.assign(**{TOKENS: pd.Series(pd.arrays.ArrowExtensionArray(arr),
+                                             index=df.index)})
+        if not self.keep_text:
+            out = out.assign(**{TEXT: ""})
+        return StageResult(out, counters={"tokens": int(lengths.sum())})
