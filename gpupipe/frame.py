@@ -13,14 +13,22 @@ TEXT = "text"
 STRING = pd.StringDtype("pyarrow")
 
 
+def _pandas_type(t: pa.DataType):
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return STRING
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_struct(t):
+        return pd.ArrowDtype(t)  # e.g. token lists stay Arrow lists, not object arrays
+    return None
+
+
 def from_arrow(table: pa.Table) -> pd.DataFrame:
-    """A pandas partition from an Arrow table, with Arrow-backed ``string`` columns."""
-    mapping = {pa.string(): STRING, pa.large_string(): STRING}
-    return table.to_pandas(types_mapper=mapping.get, self_destruct=False)
+    """A pandas partition from an Arrow table, with Arrow-backed ``string`` and list columns."""
+    return table.replace_schema_metadata(None).to_pandas(types_mapper=_pandas_type)
 
 
 def to_arrow(df: pd.DataFrame) -> pa.Table:
-    return pa.Table.from_pandas(df, preserve_index=False)
+    """Arrow table of a partition, without pandas metadata (plain Parquet any tool reads)."""
+    return pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
 
 
 def empty_frame(extra: dict[str, str] | None = None) -> pd.DataFrame:

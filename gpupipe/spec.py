@@ -172,6 +172,14 @@ class PipelineSpec(BaseModel):
     output: OutputSpec
     seed: int = 0
 
+    def __init__(self, **data: Any):
+        # Python construction reports problems like a pipeline file does (SpecError)
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            lines = _format_errors(e, type(self), None, {})
+            raise SpecError("invalid pipeline: " + "; ".join(lines)) from None
+
     @field_validator("stages", mode="before")
     @classmethod
     def _build_stages(cls, value):

@@ -22,7 +22,7 @@ import xxhash
 
 from gpupipe.io.writer import write_json
 from gpupipe.shards.megatron import write_indexed
-from gpupipe.shards.routing import SPLIT_ORDER, assign_splits, doc_keys, ranges, shards_per_split
+from gpupipe.shards.routing import SPLIT_ORDER, assign_splits, doc_keys, ranges
 
 DOC_DTYPE = np.dtype([("split", "u1"), ("key", "<u8"), ("tiebreak", "<u8"), ("length", "<i8"),
                       ("offset", "<i8")])
