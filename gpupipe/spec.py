@@ -6,6 +6,7 @@ the file, the line, the offending key and, for typos, the closest valid name.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import os
 from typing import Annotated, Any, Literal
@@ -28,6 +29,7 @@ from gpupipe.registry import all_stages, closest, did_you_mean, get_stage
 from gpupipe.stages.base import Stage
 
 _STRICT = ConfigDict(extra="forbid")
+_RAW_ERRORS: contextvars.ContextVar[bool] = contextvars.ContextVar("raw_errors", default=False)
 
 
 class InputSpec(BaseModel):
@@ -173,7 +175,11 @@ class PipelineSpec(BaseModel):
     seed: int = 0
 
     def __init__(self, **data: Any):
-        # Python construction reports problems like a pipeline file does (SpecError)
+        # Python construction reports problems like a pipeline file does (SpecError);
+        # parse_pipeline formats them itself, with file and line numbers
+        if _RAW_ERRORS.get():
+            super().__init__(**data)
+            return
         try:
             super().__init__(**data)
         except ValidationError as e:
@@ -342,10 +348,13 @@ def parse_pipeline(data: dict, *, source: str = "<pipeline>", lines: dict | None
                                            source=source, prefix=loc))
     rest = {k: v for k, v in data.items() if k != "stages"}
     spec = None
+    token = _RAW_ERRORS.set(True)
     try:
         spec = cls.model_validate({**rest, "stages": stages})
     except ValidationError as e:
         messages[:0] = _format_errors(e, cls, None, lines, source=source, prefix=())
+    finally:
+        _RAW_ERRORS.reset(token)
     if messages:
         head = f"{source}: invalid pipeline ({len(messages)} problem{'s' * (len(messages) > 1)})"
         raise SpecError("\n".join([head] + [f"  {m}" for m in messages]))
