@@ -12,6 +12,16 @@ from gpupipe.errors import ClusterError
 log = logging.getLogger(__name__)
 
 
+def worker_env(threads_per_worker: int) -> dict[str, str]:
+    """Environment for worker processes: native thread pools sized to the worker's threads.
+
+    Dask already limits OpenMP/BLAS; the tokenizers library (Rayon) would otherwise start one
+    thread per core in every worker and the workers would fight over the cores (measured:
+    0.69 -> 0.88 of raw encode_batch throughput on 2 cores, benchmarks/bench_shards.py).
+    """
+    return {"RAYON_NUM_THREADS": str(threads_per_worker)}
+
+
 def default_workers() -> int:
     from dask.system import CPU_COUNT  # respects cgroup / affinity limits
 
@@ -35,6 +45,7 @@ def connect(spec, *, workers: int | None = None) -> Iterator:
                 processes=True,
                 memory_limit=spec.memory_limit,
                 dashboard_address=":0",
+                env=worker_env(spec.threads_per_worker),
                 # task failures are re-raised here with file/stage context; the workers' own
                 # "Compute Failed" tracebacks would only repeat them (shown with -v)
                 silence_logs=logging.WARNING if log.isEnabledFor(logging.DEBUG)

@@ -24,8 +24,7 @@ from gpupipe.io.writer import write_json
 from gpupipe.shards.megatron import write_indexed
 from gpupipe.shards.routing import SPLIT_ORDER, assign_splits, doc_keys, ranges
 
-DOC_DTYPE = np.dtype([("split", "u1"), ("key", "<u8"), ("tiebreak", "<u8"), ("length", "<i8"),
-                      ("offset", "<i8")])
+DOC_DTYPE = np.dtype([("split", "u1"), ("key", "<u8"), ("length", "<i8"), ("offset", "<i8")])
 FORMAT = "megatron-mmidx-v1"
 
 
@@ -43,14 +42,9 @@ def route_partition(p: int, data_file: str, *, route_dir: str, seed: int, fracti
     offsets = np.zeros(len(ids), dtype=np.int64)
     if len(ids):
         np.cumsum(lengths[:-1], out=offsets[1:])
-    raw = flat.view(np.uint8)
-    size = flat.dtype.itemsize
-    tiebreak = np.fromiter(
-        (xxhash.xxh64_intdigest(raw[o * size:(o + n) * size].tobytes())
-         for o, n in zip(offsets.tolist(), lengths.tolist())), dtype=np.uint64, count=len(ids))
     docs = np.empty(len(ids), dtype=DOC_DTYPE)
     docs["split"] = assign_splits(keys, fractions)
-    docs["key"], docs["tiebreak"], docs["length"], docs["offset"] = keys, tiebreak, lengths, offsets
+    docs["key"], docs["length"], docs["offset"] = keys, lengths, offsets
     os.makedirs(route_dir, exist_ok=True)
     _save_npy(os.path.join(route_dir, f"part-{p:05d}.tokens.npy"), flat)
     _save_npy(os.path.join(route_dir, f"part-{p:05d}.docs.npy"), docs)
@@ -69,7 +63,11 @@ def _save_npy(path: str, arr: np.ndarray) -> None:
 
 def gather_shard(split: str, shard: int, n_shards: int, *, route_dir: str,
                  partitions: int) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens and lengths of one shard's documents, in ascending (key, tiebreak) order."""
+    """Tokens and lengths of one shard's documents, in ascending key order.
+
+    Equal keys (the same id twice, or a 64-bit collision) are ordered by a hash of their tokens,
+    so the result never depends on which partition a document came from.
+    """
     k = SPLIT_ORDER.index(split)
     parts_docs, parts_tokens = [], []
     for p in range(partitions):
@@ -86,7 +84,15 @@ def gather_shard(split: str, shard: int, n_shards: int, *, route_dir: str,
     tokens = np.concatenate(parts_tokens)
     local = np.zeros(len(docs), dtype=np.int64)
     np.cumsum(docs["length"][:-1], out=local[1:])
-    order = np.lexsort((docs["tiebreak"], docs["key"]))
+    order = np.argsort(docs["key"], kind="stable")
+    if np.any(np.diff(docs["key"][order]) == 0):
+        raw = tokens.view(np.uint8)
+        size = tokens.dtype.itemsize
+        tiebreak = np.fromiter(
+            (xxhash.xxh64_intdigest(raw[o * size:(o + n) * size].tobytes())
+             for o, n in zip(local.tolist(), docs["length"].tolist())), dtype=np.uint64,
+            count=len(docs))
+        order = np.lexsort((tiebreak, docs["key"]))
     return tokens[ranges(local[order], docs["length"][order])], docs["length"][order]
 
 

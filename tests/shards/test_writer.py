@@ -178,3 +178,18 @@ def test_inspect_reports_tampering(run, tmp_path):
 def test_tokenizer_decodes_quickstart_vocab():
     tok = load_tokenizer(TOK)
     assert tok.get_vocab_size() == 8192 and tok.token_to_id("<|endoftext|>") == 0
+
+
+def test_duplicate_ids_order_does_not_depend_on_partitioning(client, tmp_path, sample_records):
+    from tests.conftest import write_jsonl
+
+    recs = [{"id": "same", "text": r["text"]} for r in sample_records[:40]]
+    write_jsonl(tmp_path / "one" / "a.jsonl", recs)
+    write_jsonl(tmp_path / "two" / "a.jsonl", recs[25:])
+    write_jsonl(tmp_path / "two" / "b.jsonl", recs[:25])
+    shards = {"num_shards": 1}
+    a = pipeline(tmp_path / "one", tmp_path / "oa", shards=shards).run(client=client,
+                                                                       progress=False)
+    b = pipeline(tmp_path / "two", tmp_path / "ob", shards=shards).run(client=client,
+                                                                       progress=False)
+    assert tree_digest(a.shards_path) == tree_digest(b.shards_path)
