@@ -29,6 +29,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_quickstart.py
+	$(BIN)/python benchmarks/bench_shards.py
 
 data: $(STAMP)
 	$(BIN)/python data/make_sample.py
