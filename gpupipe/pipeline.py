@@ -79,6 +79,15 @@ class Pipeline(PipelineSpec):
                 if st.reasons:
                     lines.append(f"        {st.stage_name} drop reasons: {', '.join(st.reasons)}")
             lines.append(f"        └─ writes {where}/")
+        shards = self.output.shards
+        if shards is not None:
+            size = (f"{shards.num_shards} train shard(s)" if shards.num_shards else
+                    f"~{shards.target_shard_tokens or 2**30:,} tokens per shard")
+            splits = ", ".join(f"{k} {v:g}" for k, v in shards.splits.items())
+            lines.append(f"  [shards] global shuffle by xxh64(seed={shards.seed}, id): route every "
+                         f"partition, then one task per shard ({size}; {splits}; "
+                         f"{shards.format}, packing {shards.packing})")
+            lines.append("        └─ writes shards/ (manifest.json last)")
         return "\n".join(lines)
 
     def run(self, *, client=None, workers: int | None = None, progress: bool | str | None = None,

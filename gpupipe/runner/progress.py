@@ -56,7 +56,9 @@ class RichProgress:
         self._task = None
 
     def start(self, label: str, total: int, done: int = 0) -> None:
-        self._task = self._progress.add_task(label, total=total, completed=done)
+        from rich.markup import escape
+
+        self._task = self._progress.add_task(escape(label), total=total, completed=done)
 
     def advance(self, n: int = 1) -> None:
         self._progress.advance(self._task, n)
