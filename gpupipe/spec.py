@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
+    ByteSize,
     ConfigDict,
     Discriminator,
     Field,
@@ -44,6 +45,10 @@ class InputSpec(BaseModel):
         None, description="field holding a document id; when absent ids are '<file>:<line>'")
     on_error: Literal["fail", "skip"] = Field(
         "fail", description="bad records: stop with file and line (fail) or set aside (skip)")
+    blocksize: ByteSize | None = Field(
+        ByteSize(256 * 2**20),
+        description="uncompressed JSONL files larger than this are read as several "
+                    "partitions, cut at line boundaries; null: one partition per file")
 
     def paths(self) -> list[str]:
         return [self.path] if isinstance(self.path, str) else list(self.path)

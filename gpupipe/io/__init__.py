@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from gpupipe.io.files import common_root, expand_paths
-from gpupipe.io.jsonl import JSONL_SUFFIXES, JsonlSource
+from gpupipe.io.jsonl import JSONL_SUFFIXES, JsonlSource, count_newlines, split_blocks
 from gpupipe.io.parquet import PARQUET_SUFFIXES, ParquetSource
 
 
@@ -19,20 +19,29 @@ def _to_dask(source, label: str):
 
 
 def read_jsonl(path: str | list[str], *, text_column: str = "text", id_column: str | None = None,
-               on_error: Literal["fail", "skip"] = "fail"):
+               on_error: Literal["fail", "skip"] = "fail", blocksize: int | None = 256 * 2**20):
     """JSON Lines files (plain, .gz, .zst) as a Dask DataFrame with columns ``id`` and ``text``.
 
-    One partition per file. With ``on_error="skip"`` bad records are left out (a pipeline run
-    also counts them and writes them to ``rejected/read/``).
+    One partition per file, or per ``blocksize`` bytes of a large uncompressed file. With
+    ``on_error="skip"`` bad records are left out (a pipeline run also counts them and writes
+    them to ``rejected/read/``).
 
     >>> import gpupipe as gp
     >>> ddf = gp.read_jsonl("data/sample/*.jsonl.gz", id_column="id")
     >>> list(ddf.columns)
     ['id', 'text']
     """
-    files = expand_paths(path, suffixes=JSONL_SUFFIXES)
-    source = JsonlSource(files=tuple(files), root=common_root(files), text_column=text_column,
-                         id_column=id_column, on_error=on_error)
+    files = tuple(expand_paths(path, suffixes=JSONL_SUFFIXES))
+    source = JsonlSource(files=files, root=common_root(list(files)), text_column=text_column,
+                         id_column=id_column, on_error=on_error,
+                         blocks=split_blocks(files, blocksize))
+    if source.needs_line_bases():
+        import os
+
+        source = source.with_line_bases([
+            count_newlines(source.files[fi], start, end if end != -1 else
+                           os.path.getsize(source.files[fi]))
+            for fi, start, end in source.blocks])
     return _to_dask(source, "gpupipe-read-jsonl")
 
 

@@ -1,4 +1,8 @@
-"""JSON Lines reader (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``): one partition per file.
+"""JSON Lines reader (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``).
+
+One partition per file, except that uncompressed files larger than the block size are cut
+into blocks at line boundaries (`split_blocks`), so a single huge file does not become one
+huge task. Line numbers (for derived ids and error messages) stay those of the whole file.
 
 Fast path: Arrow's JSON parser over the whole file. When that path meets anything unusual
 (bad UTF-8, a malformed line, a missing or non-string ``text``, a numeric id), the file is parsed
@@ -20,11 +24,54 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from gpupipe.frame import ID, STRING, TEXT, empty_frame, from_arrow, utf8_bytes
-from gpupipe.io.files import read_bytes
+from gpupipe.io.files import compression_of, read_bytes
 from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonl.gz", ".json.gz", ".ndjson.gz",
                   ".jsonl.zst", ".json.zst", ".ndjson.zst", ".jsonl.zstd")
+
+
+def split_blocks(files: tuple[str, ...], blocksize: int | None) -> tuple[tuple[int, int, int], ...]:
+    """``(file index, start, end)`` per partition; ``end == -1`` reads the whole file.
+
+    Only uncompressed files larger than ``blocksize`` are cut, each cut just after a newline.
+    """
+    blocks: list[tuple[int, int, int]] = []
+    for fi, path in enumerate(files):
+        size = os.path.getsize(path)
+        if blocksize is None or compression_of(path) is not None or size <= blocksize:
+            blocks.append((fi, 0, -1))
+            continue
+        bounds = [0]
+        with open(path, "rb") as f:
+            target = blocksize
+            while target < size:
+                f.seek(target)
+                cut = size
+                while chunk := f.read(1 << 16):
+                    k = chunk.find(b"\n")
+                    if k >= 0:
+                        cut = f.tell() - len(chunk) + k + 1
+                        break
+                if cut >= size:
+                    break
+                bounds.append(cut)
+                target = cut + blocksize
+        bounds.append(size)
+        blocks.extend((fi, a, b) for a, b in zip(bounds, bounds[1:]))
+    return tuple(blocks)
+
+
+def count_newlines(path: str, start: int, end: int) -> int:
+    """Newlines in bytes ``[start, end)`` of an uncompressed file."""
+    n = 0
+    with open(path, "rb") as f:
+        f.seek(start)
+        left = end - start
+        while left > 0 and (chunk := f.read(min(left, 1 << 24))):
+            n += chunk.count(b"\n")
+            left -= len(chunk)
+    return n
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,13 +81,39 @@ class JsonlSource:
     text_column: str = "text"
     id_column: str | None = None
     on_error: str = "fail"
+    #: partitions as (file index, start, end); empty: one partition per whole file
+    blocks: tuple[tuple[int, int, int], ...] = ()
+    #: per block, the number of lines before it in its file (empty: computed when needed)
+    line_bases: tuple[int, ...] = ()
 
     @property
     def npartitions(self) -> int:
-        return len(self.files)
+        return len(self.blocks) if self.blocks else len(self.files)
+
+    def _block(self, i: int) -> tuple[str, int, int]:
+        if not self.blocks:
+            return self.files[i], 0, -1
+        fi, start, end = self.blocks[i]
+        return self.files[fi], start, end
 
     def describe(self, i: int) -> str:
-        return self.files[i]
+        path, start, end = self._block(i)
+        return path if end == -1 else f"{path} bytes {start}-{end}"
+
+    def needs_line_bases(self) -> bool:
+        """Derived ids of a file cut into blocks need the line count before every block."""
+        return self.id_column is None and not self.line_bases and any(
+            start > 0 for _, start, _ in self.blocks)
+
+    def with_line_bases(self, counts: list[int]) -> JsonlSource:
+        """Given the newline count of every block (in order), fill `line_bases`."""
+        bases, running, last_file = [], 0, None
+        for (fi, _, _), n in zip(self.blocks, counts):
+            if fi != last_file:
+                running, last_file = 0, fi
+            bases.append(running)
+            running += n
+        return dataclasses.replace(self, line_bases=tuple(bases))
 
     def meta(self) -> pd.DataFrame:
         return empty_frame()
@@ -49,12 +122,21 @@ class JsonlSource:
         return os.path.relpath(os.path.abspath(path), self.root).replace(os.sep, "/") + ":"
 
     def read(self, i: int) -> ReadResult:
-        path = self.files[i]
-        rejections = Rejections(self.on_error, FAIL_HINT)
-        data, corruption = read_bytes(path)
+        path, start, end = self._block(i)
+        if end == -1:
+            data, corruption = read_bytes(path)
+            on_disk = os.path.getsize(path)
+        else:
+            with open(path, "rb") as f:
+                f.seek(start)
+                data, corruption = f.read(end - start), None
+            on_disk = end - start
+        known = self.line_bases[i] if self.line_bases else (0 if start == 0 else None)
+        base = _LineBase(path, start, known)
+        rejections = Rejections(self.on_error, FAIL_HINT, line_base=base)
         stats = {
-            "files": 1,
-            "compressed_bytes": os.path.getsize(path),
+            "files": 1 if start == 0 else 0,
+            "compressed_bytes": on_disk,
             "bytes": len(data),
             "files_corrupt": 0,
         }
@@ -67,17 +149,18 @@ class JsonlSource:
                 line = data.count(b"\n") + 1
                 rejections.add(path, line, "truncated_record",
                                "record cut off by the corrupt end of the file", tail)
-        frame, blank = self._parse_fast(path, data)
+        frame, blank = self._parse_fast(path, data, base)
         if frame is None:
-            frame, blank = self._parse_lines(path, data, rejections)
+            frame, blank = self._parse_lines(path, data, rejections, base)
         stats["docs"] = len(frame)
         stats["blank_lines"] = blank
         stats["text_bytes"] = utf8_bytes(frame[TEXT])
         return ReadResult(frame, stats, rejections.counts, rejections.table())
 
+
     # -- fast path ------------------------------------------------------------------------------
 
-    def _parse_fast(self, path: str, data: bytes) -> tuple[pd.DataFrame | None, int]:
+    def _parse_fast(self, path: str, data: bytes, base) -> tuple[pd.DataFrame | None, int]:
         if not data.strip():
             return empty_frame(), data.count(b"\n")
         fields = [(self.text_column, pa.string())]
@@ -106,13 +189,15 @@ class JsonlSource:
                 if len(found) != table.num_rows:
                     return None, 0
                 lines = pa.array(found, pa.int64())
+            if base():
+                lines = pc.add(lines, base())
             ids = pc.binary_join_element_wise(self.derived_id_prefix(path),
                                               lines.cast(pa.string()), "")
         return from_arrow(pa.table({ID: ids, TEXT: text})), blank
 
     # -- line-by-line path ----------------------------------------------------------------------
 
-    def _parse_lines(self, path: str, data: bytes, rejections: Rejections):
+    def _parse_lines(self, path: str, data: bytes, rejections: Rejections, base):
         ids: list[str] = []
         texts: list[str] = []
         blank = 0
@@ -147,7 +232,7 @@ class JsonlSource:
                                f"{self.text_column!r} is a {type(text).__name__}, not a string", raw)
                 continue
             if self.id_column is None:
-                doc_id = f"{prefix}{lineno}"
+                doc_id = f"{prefix}{lineno + base()}"
             else:
                 value = obj.get(self.id_column)
                 if value is None:
@@ -164,3 +249,15 @@ class JsonlSource:
             blank -= 1  # the empty string after the final newline is not a line
         frame = pd.DataFrame({ID: pd.array(ids, dtype=STRING), TEXT: pd.array(texts, dtype=STRING)})
         return frame, blank
+
+
+class _LineBase:
+    """Lines before a block, counted only if a line number is actually needed."""
+
+    def __init__(self, path: str, start: int, known: int | None):
+        self.path, self.start, self.value = path, start, known
+
+    def __call__(self) -> int:
+        if self.value is None:
+            self.value = count_newlines(self.path, 0, self.start)
+        return self.value

@@ -46,15 +46,19 @@ class ReadResult:
 class Rejections:
     """Collects records set aside by a reader, or raises at the first one under ``fail``."""
 
-    def __init__(self, on_error: str, hint: str):
+    def __init__(self, on_error: str, hint: str, line_base=None):
         self.on_error = on_error
         self.hint = hint
+        # callable giving the lines before this block of the file (blocks of a split file)
+        self.line_base = line_base
         self.rows: dict[str, list[Any]] = {name: [] for name in REJECTED_SCHEMA.names}
         self.counts: dict[str, int] = {}
 
     def add(self, file: str, line: int | None, reason: str, detail: str, raw: bytes = b"") -> None:
         from gpupipe.errors import InputError
 
+        if line is not None and self.line_base is not None:
+            line += self.line_base()
         where = f"{file} line {line}" if line is not None else file
         if self.on_error == "fail":
             raise InputError(f"{where}: {detail} [{reason}] — {self.hint}")

@@ -133,9 +133,31 @@ def make_source(input_spec):
     fmt = input_spec.resolved_format()
     suffixes = JSONL_SUFFIXES if fmt == "jsonl" else PARQUET_SUFFIXES
     files = tuple(expand_paths(input_spec.paths(), suffixes=suffixes))
-    cls = JsonlSource if fmt == "jsonl" else ParquetSource
-    return cls(files=files, root=common_root(list(files)), text_column=input_spec.text_column,
-               id_column=input_spec.id_column, on_error=input_spec.on_error)
+    common = dict(files=files, root=common_root(list(files)), text_column=input_spec.text_column,
+                  id_column=input_spec.id_column, on_error=input_spec.on_error)
+    if fmt == "parquet":
+        return ParquetSource(**common)
+    from gpupipe.io.jsonl import split_blocks
+
+    blocksize = int(input_spec.blocksize) if input_spec.blocksize is not None else None
+    return JsonlSource(**common, blocks=split_blocks(files, blocksize))
+
+
+def count_block_lines(client, source, bar):
+    """Line numbers before every block of split files (needed for derived ids), in parallel."""
+    from gpupipe.io.jsonl import count_newlines
+
+    if not getattr(source, "needs_line_bases", lambda: False)():
+        return source
+    paths = [source.files[fi] for fi, _, _ in source.blocks]
+    starts = [start for _, start, _ in source.blocks]
+    ends = [end if end != -1 else os.path.getsize(p) for p, (_, _, end) in
+            zip(paths, source.blocks)]
+    bar.start("[input] count lines (ids of split files)", len(paths))
+    futures = client.map(count_newlines, paths, starts, ends, pure=False)
+    counts = [f.result() for f in futures]
+    bar.advance(len(paths))
+    return source.with_line_bases(counts)
 
 
 def execute(pipeline, *, client=None, workers: int | None = None,
@@ -159,7 +181,8 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     bar = make_progress(progress)
     try:
         def run_all(c):
-            result = _run_segments(pipeline, c, source, segments, fps, out, bar)
+            result = _run_segments(pipeline, c, count_block_lines(c, source, bar), segments, fps,
+                                   out, bar)
             if pipeline.tokenizer_stage() is not None:
                 result["shards"] = _run_shards(c, pipeline, out, fps[-1],
                                                result["output"]["partitions"], bar, vers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 
@@ -121,10 +122,10 @@ def test_fast_and_slow_paths_agree(tmp_path, sample_records):
     recs = [{"text": r["text"], "id": r["id"]} for r in sample_records[:200]]
     p = write_jsonl(tmp_path / "a.jsonl", recs)
     s = source(p)
-    fast, _ = s._parse_fast(str(p), p.read_bytes())
+    fast, _ = s._parse_fast(str(p), p.read_bytes(), lambda: 0)
     from gpupipe.io.source import Rejections
 
-    slow, _ = s._parse_lines(str(p), p.read_bytes(), Rejections("fail", ""))
+    slow, _ = s._parse_lines(str(p), p.read_bytes(), Rejections("fail", ""), lambda: 0)
     assert fast.equals(slow)
 
 
@@ -159,3 +160,48 @@ def test_two_objects_on_one_line_is_malformed(tmp_path):
     p.write_text('{"text": "a"} {"text": "b"}\n{"text": "c"}\n')
     res = source(p, on_error="skip").read(0)
     assert res.frame["text"].tolist() == ["c"] and res.rejected_counts == {"malformed_json": 1}
+
+
+def test_large_file_is_cut_into_blocks_with_whole_file_line_numbers(tmp_path, sample_records):
+    from gpupipe.io.jsonl import count_newlines, split_blocks
+
+    recs = [{"text": r["text"]} for r in sample_records[:600]]
+    p = write_jsonl(tmp_path / "big.jsonl", recs)
+    whole = JsonlSource(files=(str(p),), root=str(tmp_path)).read(0).frame
+    blocks = split_blocks((str(p),), 200_000)
+    assert len(blocks) > 3 and blocks[0][1] == 0 and blocks[-1][2] == p.stat().st_size
+    assert all(a[2] == b[1] for a, b in zip(blocks, blocks[1:]))  # contiguous, no overlap
+    src = JsonlSource(files=(str(p),), root=str(tmp_path), blocks=blocks)
+    assert src.needs_line_bases()
+    src = src.with_line_bases([count_newlines(str(p), s, e) for _, s, e in blocks])
+    parts = [src.read(i).frame for i in range(src.npartitions)]
+    import pandas as pd
+
+    got = pd.concat(parts, ignore_index=True)
+    assert got["id"].tolist() == whole["id"].tolist() == [f"big.jsonl:{k}" for k in
+                                                          range(1, 601)]
+    assert got["text"].tolist() == whole["text"].tolist()
+
+
+def test_error_in_a_later_block_names_the_file_line(tmp_path, sample_records):
+    from gpupipe.io.jsonl import split_blocks
+
+    lines = [json.dumps({"id": str(k), "text": r["text"]}) for k, r in
+             enumerate(sample_records[:300])]
+    lines[250] = '{"id": "250", "text": broken'
+    p = tmp_path / "big.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    blocks = split_blocks((str(p),), 100_000)
+    src = JsonlSource(files=(str(p),), root=str(tmp_path), id_column="id", blocks=blocks)
+    assert not src.needs_line_bases()  # ids come from the data: no counting pass
+    messages = []
+    for i in range(src.npartitions):
+        try:
+            src.read(i)
+        except InputError as e:
+            messages.append(str(e))
+    assert len(messages) == 1 and f"{p} line 251: malformed JSON" in messages[0]
+    skip = dataclasses.replace(src, on_error="skip")
+    rejected = [r for i in range(skip.npartitions) if (t := skip.read(i).rejected) is not None
+                for r in t.to_pylist()]
+    assert [(r["line"], r["reason"]) for r in rejected] == [(251, "malformed_json")]

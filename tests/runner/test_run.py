@@ -201,3 +201,18 @@ def test_empty_partitions_flow_through(client, tmp_path, small_corpus):
         client=client, progress=False)
     assert res.summary["output"]["docs"] == 0 and res.summary["output"]["partitions"] == 4
     assert res.to_pandas().empty
+
+
+def test_large_file_blocks_give_the_same_output(client, tmp_path, sample_records):
+    from tests.conftest import write_jsonl
+
+    recs = [{"text": r["text"]} for r in sample_records[:500]]
+    write_jsonl(tmp_path / "in" / "big.jsonl", recs)
+    whole = pipeline(tmp_path / "in", tmp_path / "whole", blocksize=None).run(
+        client=client, progress=False)
+    cut = pipeline(tmp_path / "in", tmp_path / "cut", blocksize=150_000).run(
+        client=client, progress=False)
+    assert cut.summary["input"]["partitions"] > 3 and whole.summary["input"]["partitions"] == 1
+    assert cut.summary["read"]["files"] == 1
+    assert read_rows(cut.data_path) == read_rows(whole.data_path)
+    assert read_rows(cut.data_path)[0][0].startswith("big.jsonl:")
