@@ -6,7 +6,7 @@
 The sample corpus is replicated ``--scale`` times (fresh ids) so timings are not dominated by
 start-up. Per stage: MB/s of text in and docs/s on one core, in this process, and the ratio
 against the same work done one document at a time in plain Python (what a per-document tool
-does). End to end: the whole pipeline on a local Dask cluster, cluster start-up excluded.
+does); for tokenize, against the tokenizer's own ``encode_batch``. End to end: the whole pipeline on a local Dask cluster, cluster start-up excluded.
 """
 
 from __future__ import annotations
@@ -92,23 +92,29 @@ def main() -> int:
                             "jsonl_MB": round(raw_bytes / 1e6, 2), "files": len(files)}
         report["stages"]["read_jsonl"] = rate(raw_bytes, len(df), t_read)
         # row-local stages, one core, vs a per-document Python loop doing the same work
-        texts = df["text"].tolist()
         current = df
         for st in pipeline.stages:
             nbytes = gp.frame.utf8_bytes(current["text"])
             t, res = best_of(lambda st=st, current=current: st.process(current))
             entry = rate(nbytes, len(current), t)
+            cur = current["text"].tolist()
             if st.stage_name == "normalize_text":
-                tp, py = best_of(lambda: [python_normalize(x) for x in texts], 1)
+                tp, py = best_of(lambda cur=cur: [python_normalize(x) for x in cur], 1)
                 assert py == res.frame["text"].tolist(), "python baseline disagrees"
-            else:
+            elif st.stage_name == "length_filter":
                 words = st.min_words
-                cur = current["text"].tolist()
                 tp, py = best_of(lambda cur=cur, words=words: [x for x in cur
                                                                if len(x.split()) >= words], 1)
                 assert py == res.frame["text"].tolist(), "python baseline disagrees"
-            entry["python_loop_seconds"] = round(tp, 4)
-            entry["speedup_vs_python_loop"] = round(tp / t, 2)
+            else:  # tokenize: the baseline is the tokenizer's own batch encoding
+                from gpupipe.shards.tokenizer import load_tokenizer
+
+                tok = load_tokenizer(st.tokenizer)
+                tp, _ = best_of(lambda cur=cur, tok=tok: tok.encode_batch(
+                    cur, add_special_tokens=False), 1)
+            name = "raw_encode_batch" if st.stage_name == "tokenize" else "python_loop"
+            entry[f"{name}_seconds"] = round(tp, 4)
+            entry[f"ratio_vs_{name}"] = round(tp / t, 2)
             report["stages"][st.stage_name] = entry
             current = res.frame
         # end to end on a local cluster (start-up excluded)
