@@ -1,0 +1,257 @@
+"""MinHash signatures on CPU, bit-identical to cuDF's ``nvtext`` minhash (numba kernels).
+
+Algorithm (shared/FILTERS.md; pinned by shared/minhash_vectors.json):
+
+* ``minhash(width=w)``: every window of ``w`` characters (a string shorter than ``w`` is one
+  window, an empty string gives all zeros) is hashed over its UTF-8 bytes with
+  MurmurHash3_x86_32(seed) — or, in 64-bit mode, the first half of MurmurHash3_x64_128 with
+  both states seeded by the 64-bit seed; a hash of 0 becomes 1; permutation ``j`` is
+  ``(h * a[j] + b[j]) mod 2^32`` (32-bit) or ``((h * a[j] + b[j]) mod 2^64) mod (2^61 - 1)``
+  (64-bit); the signature is the minimum over windows.
+* ``minhash_ngrams(ngrams=n)``: the same over the concatenations (no separator) of ``n + 1``
+  consecutive list elements — what cuDF's published outputs show.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pyarrow as pa
+
+from gpupipe.kernels import utf8_buffers
+
+_M32 = np.uint32(0xFFFFFFFF)
+MERSENNE_61 = np.uint64((1 << 61) - 1)
+
+
+@numba.njit(inline="always")
+def _rotl32(x, r):
+    return ((x << np.uint32(r)) | (x >> np.uint32(32 - r))) & np.uint32(0xFFFFFFFF)
+
+
+@numba.njit(inline="always")
+def _rotl64(x, r):
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@numba.njit(inline="always")
+def _fmix64(k):
+    k ^= k >> np.uint64(33)
+    k *= np.uint64(0xFF51AFD7ED558CCD)
+    k ^= k >> np.uint64(33)
+    k *= np.uint64(0xC4CEB9FE1A85EC53)
+    k ^= k >> np.uint64(33)
+    return k
+
+
+@numba.njit(cache=True, nogil=True)
+def murmur3_32(data, start, end, seed):
+    """MurmurHash3_x86_32 of ``data[start:end]`` (== ``mmh3.hash(bytes, seed, signed=False)``)."""
+    c1 = np.uint32(0xCC9E2D51)
+    c2 = np.uint32(0x1B873593)
+    h = np.uint32(seed)
+    n = end - start
+    nblocks = n // 4
+    for i in range(nblocks):
+        p = start + 4 * i
+        k = (np.uint32(data[p]) | (np.uint32(data[p + 1]) << np.uint32(8))
+             | (np.uint32(data[p + 2]) << np.uint32(16)) | (np.uint32(data[p + 3]) << np.uint32(24)))
+        k = np.uint32(k * c1)
+        k = _rotl32(k, 15)
+        k = np.uint32(k * c2)
+        h ^= k
+        h = _rotl32(h, 13)
+        h = np.uint32(h * np.uint32(5) + np.uint32(0xE6546B64))
+    tail = start + 4 * nblocks
+    k = np.uint32(0)
+    rem = n & 3
+    if rem >= 3:
+        k ^= np.uint32(data[tail + 2]) << np.uint32(16)
+    if rem >= 2:
+        k ^= np.uint32(data[tail + 1]) << np.uint32(8)
+    if rem >= 1:
+        k ^= np.uint32(data[tail])
+        k = np.uint32(k * c1)
+        k = _rotl32(k, 15)
+        k = np.uint32(k * c2)
+        h ^= k
+    h ^= np.uint32(n)
+    h ^= h >> np.uint32(16)
+    h = np.uint32(h * np.uint32(0x85EBCA6B))
+    h ^= h >> np.uint32(13)
+    h = np.uint32(h * np.uint32(0xC2B2AE35))
+    h ^= h >> np.uint32(16)
+    return h
+
+
+@numba.njit(cache=True, nogil=True)
+def murmur3_64(data, start, end, seed):
+    """First 64 bits of MurmurHash3_x64_128 with both states seeded by the 64-bit ``seed``."""
+    c1 = np.uint64(0x87C37B91114253D5)
+    c2 = np.uint64(0x4CF5AD432745937F)
+    h1 = np.uint64(seed)
+    h2 = np.uint64(seed)
+    n = end - start
+    nblocks = n // 16
+    for i in range(nblocks):
+        p = start + 16 * i
+        k1 = np.uint64(0)
+        k2 = np.uint64(0)
+        for b in range(8):
+            k1 |= np.uint64(data[p + b]) << np.uint64(8 * b)
+            k2 |= np.uint64(data[p + 8 + b]) << np.uint64(8 * b)
+        k1 *= c1
+        k1 = _rotl64(k1, 31)
+        k1 *= c2
+        h1 ^= k1
+        h1 = _rotl64(h1, 27)
+        h1 += h2
+        h1 = h1 * np.uint64(5) + np.uint64(0x52DCE729)
+        k2 *= c2
+        k2 = _rotl64(k2, 33)
+        k2 *= c1
+        h2 ^= k2
+        h2 = _rotl64(h2, 31)
+        h2 += h1
+        h2 = h2 * np.uint64(5) + np.uint64(0x38495AB5)
+    tail = start + 16 * nblocks
+    rem = n & 15
+    k1 = np.uint64(0)
+    k2 = np.uint64(0)
+    for b in range(rem - 1, 7, -1):
+        k2 ^= np.uint64(data[tail + b]) << np.uint64(8 * (b - 8))
+    if rem > 8:
+        k2 *= c2
+        k2 = _rotl64(k2, 33)
+        k2 *= c1
+        h2 ^= k2
+    for b in range(min(rem, 8) - 1, -1, -1):
+        k1 ^= np.uint64(data[tail + b]) << np.uint64(8 * b)
+    if rem > 0:
+        k1 *= c1
+        k1 = _rotl64(k1, 31)
+        k1 *= c2
+        h1 ^= k1
+    h1 ^= np.uint64(n)
+    h2 ^= np.uint64(n)
+    h1 += h2
+    h2 += h1
+    h1 = _fmix64(h1)
+    h2 = _fmix64(h2)
+    h1 += h2
+    return h1
+
+
+@numba.njit(cache=True, nogil=True)
+def _update32(h, a, b, out_row):
+    if h == 0:
+        h = np.uint32(1)
+    for j in range(a.shape[0]):
+        v = np.uint32(np.uint32(h * a[j]) + b[j])
+        if v < out_row[j]:
+            out_row[j] = v
+
+
+@numba.njit(cache=True, nogil=True)
+def _update64(h, a, b, out_row):
+    if h == 0:
+        h = np.uint64(1)
+    for j in range(a.shape[0]):
+        v = (h * a[j] + b[j]) % MERSENNE_61
+        if v < out_row[j]:
+            out_row[j] = v
+
+
+@numba.njit(cache=True, nogil=True)
+def _char_windows(offsets, data, width, seed, a, b, out, bits64):
+    for k in range(out.shape[0]):
+        start = offsets[k]
+        end = offsets[k + 1]
+        row = out[k]
+        if end == start:
+            row[:] = 0
+            continue
+        row[:] = np.iinfo(out.dtype).max
+        i = start
+        while i < end:
+            # window of `width` characters starting at byte i (a character start)
+            j = i
+            chars = 0
+            while j < end and chars < width:
+                j += 1
+                while j < end and (data[j] & 0xC0) == 0x80:
+                    j += 1
+                chars += 1
+            if chars < width and i != start:
+                break  # past the end: only a string shorter than width has a short window
+            if bits64:
+                _update64(murmur3_64(data, i, j, seed), a, b, row)
+            else:
+                _update32(murmur3_32(data, i, j, seed), a, b, row)
+            if j == end:
+                break
+            i += 1
+            while i < end and (data[i] & 0xC0) == 0x80:
+                i += 1
+
+
+def minhash(strings, *, seed: int, a, b, width: int, bits: int = 32) -> np.ndarray:
+    """Signatures ``uint32[n, len(a)]`` (or ``uint64`` with ``bits=64``) of a string array."""
+    if width < 2:
+        raise ValueError("width must be at least 2 (as in cuDF)")
+    arr = pa.array(strings, pa.large_string()) if not isinstance(strings, pa.Array) else strings
+    offsets, data = utf8_buffers(arr)
+    dt = np.uint64 if bits == 64 else np.uint32
+    a = np.asarray(a, dtype=dt)
+    b = np.asarray(b, dtype=dt)
+    out = np.empty((len(offsets) - 1, len(a)), dtype=dt)
+    _char_windows(offsets, data, width, dt(seed), a, b, out, bits == 64)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _word_windows(list_offsets, offsets, data, ngrams, seed, a, b, out, bits64, buf):
+    for r in range(out.shape[0]):
+        first = list_offsets[r]
+        last = list_offsets[r + 1]
+        row = out[r]
+        count = last - first
+        if count == 0:
+            row[:] = 0
+            continue
+        row[:] = np.iinfo(out.dtype).max
+        # cuDF hashes ngrams + 1 consecutive elements per window (pinned by its published
+        # outputs in shared/minhash_vectors.json); a shorter row is one window
+        span = ngrams + 1
+        n_windows = max(1, count - span + 1)
+        for w in range(n_windows):
+            stop = min(first + w + span, last)
+            size = 0
+            for s in range(first + w, stop):
+                for p in range(offsets[s], offsets[s + 1]):
+                    buf[size] = data[p]
+                    size += 1
+            if bits64:
+                _update64(murmur3_64(buf, 0, size, seed), a, b, row)
+            else:
+                _update32(murmur3_32(buf, 0, size, seed), a, b, row)
+
+
+def minhash_ngrams(lists, *, ngrams: int, seed: int, a, b, bits: int = 32) -> np.ndarray:
+    """Signatures over concatenated word n-grams of a list<string> array (``minhash_ngrams``)."""
+    arr = lists if isinstance(lists, pa.Array) else pa.array(lists, pa.list_(pa.large_string()))
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    list_offsets = np.asarray(arr.offsets, dtype=np.int64)
+    words = arr.values.cast(pa.large_string())
+    offsets, data = utf8_buffers(words)
+    dt = np.uint64 if bits == 64 else np.uint32
+    a = np.asarray(a, dtype=dt)
+    b = np.asarray(b, dtype=dt)
+    out = np.empty((len(arr), len(a)), dtype=dt)
+    longest = 0
+    if len(offsets) > 1:
+        longest = int(np.max(np.diff(offsets))) * (ngrams + 1)
+    buf = np.empty(max(longest, 1), dtype=np.uint8)
+    _word_windows(list_offsets, offsets, data, ngrams, dt(seed), a, b, out, bits == 64, buf)
+    return out
