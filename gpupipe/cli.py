@@ -118,7 +118,8 @@ def _type_name(prop: dict) -> str:
     if "const" in prop:
         return repr(prop["const"])
     name = prop.get("type", "any")
-    for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<=")):
+    for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
+                    ("exclusiveMaximum", "<")):
         if key in prop:
             name += f" {op} {prop[key]}"
     return name

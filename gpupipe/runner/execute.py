@@ -255,14 +255,15 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
                 read_reports = reports
         else:
             reports, computed = _run_global_segment(client, seg, fp, source, directory,
-                                                    stats_dir, state, bar)
+                                                    stats_dir, state, bar, out)
             st = seg.stages[0]
             docs_out = sum(r["docs_out"] for r in reports)
             stage_stats.append({
                 "position": seg.positions[0], "stage": st.stage_name, "kind": "global",
                 "params": st.params(), "docs_in": docs_prev, "docs_out": docs_out,
                 "bytes_in": bytes_prev, "bytes_out": sum(r["bytes_out"] for r in reports),
-                "drops": {"removed": docs_prev - docs_out} if docs_prev > docs_out else {},
+                "drops": {(st.reasons[0] if st.reasons else "removed"): docs_prev - docs_out}
+                if docs_prev > docs_out else {},
                 "counters": {}, "seconds": round(time.perf_counter() - t0, 4) if computed else
                 (state or {}).get("seconds", 0.0),
             })
@@ -404,7 +405,7 @@ def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir
     return reports, len(todo)
 
 
-def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, bar):
+def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, bar, out):
     import dask.dataframe as dd
     from dask import delayed
 
@@ -422,7 +423,11 @@ def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, ba
     t0 = time.perf_counter()
     ddf = dd.from_map(FrameReader(source), list(range(source.npartitions)), meta=source.meta(),
                       enforce_metadata=False, label=f"gpupipe-read-{seg.name}")
-    result = seg.stages[0].apply(ddf)
+    from gpupipe.stages.base import GlobalContext
+
+    ctx = GlobalContext(source=source, work_dir=os.path.join(directory, "_work"),
+                        output_dir=out, position=seg.positions[0], client=client)
+    result = seg.stages[0].apply(ddf, ctx)
     n = result.npartitions
     parts = result.to_delayed()
     writes = [delayed(write_global_partition)(p, i, out_dir=directory, stats_dir=stats_dir,

@@ -6,12 +6,16 @@
 """
 
 from gpupipe.stages.base import Filter, GlobalStage, RowStage, Stage, StageResult, Transform, stage
+from gpupipe.stages.dedup.exact import ExactDedup
+from gpupipe.stages.dedup.fuzzy import FuzzyDedup
 from gpupipe.stages.filters.length_filter import LengthFilter
 from gpupipe.stages.layout.repartition import Repartition
 from gpupipe.stages.transforms.normalize_text import NormalizeText
 from gpupipe.stages.transforms.tokenize import Tokenize
 
 __all__ = [
+    "ExactDedup",
+    "FuzzyDedup",
     "Filter",
     "GlobalStage",
     "LengthFilter",

@@ -143,10 +143,27 @@ def first_failure(checks: list[np.ndarray | None], n: int) -> np.ndarray:
     return codes
 
 
+@dataclasses.dataclass
+class GlobalContext:
+    """What the runner gives a global stage besides the data."""
+
+    #: reads partition ``i`` of the stage's input: ``source.read(i).frame``
+    source: Any
+    #: scratch directory for this stage's intermediate files (inside its checkpoint)
+    work_dir: str
+    #: the run directory (``dedup/`` and ``rejected/`` live there)
+    output_dir: str
+    #: position of the stage in the pipeline
+    position: int
+    #: the `distributed.Client` the run uses
+    client: Any = None
+
+
 class GlobalStage(Stage):
     """A stage that needs the whole dataset; it receives and returns a Dask DataFrame."""
 
     kind: ClassVar[Literal["row", "global"]] = "global"
 
-    def apply(self, ddf):  # ddf: dask.dataframe.DataFrame (not imported: stages stay Dask-free)
+    def apply(self, ddf, ctx: GlobalContext | None = None):
+        """``ddf``: a dask.dataframe.DataFrame (not imported: stages stay Dask-free)."""
         raise NotImplementedError

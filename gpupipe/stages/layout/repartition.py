@@ -24,7 +24,7 @@ class Repartition(GlobalStage):
         if (self.npartitions is None) == (self.partition_size is None):
             raise ValueError("give exactly one of npartitions or partition_size (e.g. '128MB')")
 
-    def apply(self, ddf):
+    def apply(self, ddf, ctx=None):
         if self.npartitions is not None:
             return ddf.repartition(npartitions=self.npartitions)
         return ddf.repartition(partition_size=int(self.partition_size))

@@ -1,0 +1,94 @@
+"""Shared by the dedup stages: choosing the kept document of a group, dropping the others, and
+the audit table ``<output>/dedup/duplicates.parquet/``."""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+Keep = Literal["first", "longest", "shortest_id"]
+POS = "_gp_part"   # partition of the stage input a row came from
+ROW = "_gp_row"    # row number inside that partition
+
+
+def losers(df: pd.DataFrame, group_cols: list[str], keep: Keep, extra: list[str] = ()) -> pd.DataFrame:
+    """Rows that lose to the kept row of their group, with ``duplicate_of`` = the kept id.
+
+    ``df`` has the group columns, ``_gp_part``, ``_gp_row``, ``length`` and ``id``. The kept row
+    is the first by input position (``first``), the longest text, or the smallest id; ties fall
+    back to input position, so the choice never depends on how the work was scheduled.
+    """
+    cols = ["_gp_part", "_gp_row", "id", "duplicate_of", *extra]
+    if df.empty:
+        return pd.DataFrame({c: pd.Series([], dtype=_dtype(c)) for c in cols})
+    rank = {"first": [POS, ROW], "longest": ["_neg_len", POS, ROW],
+            "shortest_id": ["id", POS, ROW]}[keep]
+    work = df.assign(_neg_len=-df["length"]) if keep == "longest" else df
+    work = work.sort_values(group_cols + rank, kind="stable")
+    first = ~work.duplicated(group_cols, keep="first")
+    winner_id = work["id"].where(first).ffill()
+    out = work.loc[~first].assign(duplicate_of=winner_id[~first])
+    return out[cols].reset_index(drop=True)
+
+
+def _dtype(col: str):
+    return {"_gp_part": "int64", "_gp_row": "int64", "component": "int64",
+            "jaccard": "float64"}.get(col, pd.StringDtype("pyarrow"))
+
+
+def audit_prefix(label: str) -> str:
+    return label.replace(":", "-")
+
+
+def clear_audit(audit_dir: str, label: str) -> None:
+    """Remove this stage's audit files of an earlier run (the partition count may differ)."""
+    for f in glob.glob(os.path.join(audit_dir, f"{audit_prefix(label)}-part-*.parquet")):
+        os.remove(f)
+
+
+class DropLosers:
+    """Reads partition ``i`` of the stage input without its losing rows, and writes the audit
+    rows of that partition to ``dedup/duplicates.parquet/``."""
+
+    def __init__(self, source, losers_dir: str, audit_dir: str, label: str,
+                 audit_cols: tuple[str, ...] = ()):
+        self.source, self.losers_dir, self.audit_dir = source, losers_dir, audit_dir
+        self.label, self.audit_cols = label, audit_cols
+
+    def __call__(self, i: int) -> pd.DataFrame:
+        from gpupipe.io.writer import write_parquet
+
+        frame = self.source.read(i).frame
+        files = sorted(glob.glob(os.path.join(self.losers_dir, f"{POS}={i}", "*.parquet")))
+        if not files:
+            return frame
+        lost = pa.concat_tables([pq.read_table(f) for f in files]).to_pandas()
+        lost = lost.sort_values(ROW)
+        mask = np.ones(len(frame), dtype=bool)
+        mask[lost[ROW].to_numpy()] = False
+        audit = pa.table({
+            "id": pa.array(lost["id"].astype(str).tolist(), pa.string()),
+            "duplicate_of": pa.array(lost["duplicate_of"].astype(str).tolist(), pa.string()),
+            "stage": pa.array([self.label] * len(lost), pa.string()),
+            **{c: pa.array(lost[c].to_numpy()) for c in self.audit_cols},
+        })
+        write_parquet(audit, os.path.join(self.audit_dir,
+                                          f"{audit_prefix(self.label)}-part-{i:05d}.parquet"))
+        return frame[mask].reset_index(drop=True)
+
+
+def write_losers(client, losers_ddf, path: str) -> None:
+    """Materialise the losers, one directory per input partition (``_gp_part=K/``)."""
+    import shutil
+
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    os.makedirs(path)
+    task = losers_ddf.to_parquet(path, partition_on=[POS], write_index=False, compute=False)
+    client.compute(task).result()

@@ -1,0 +1,107 @@
+"""exact_dedup: keep one document per identical (optionally normalised) text."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+import xxhash
+
+from gpupipe.frame import ID, TEXT, text_array
+from gpupipe.stages.base import GlobalStage, stage
+from gpupipe.stages.dedup.common import (
+    POS,
+    ROW,
+    DropLosers,
+    Keep,
+    clear_audit,
+    losers,
+    write_losers,
+)
+
+
+def normalized_texts(df: pd.DataFrame, normalize: bool) -> list[str]:
+    if not normalize:
+        return df[TEXT].tolist()
+    import pyarrow.compute as pc
+
+    arr = pc.utf8_normalize(text_array(df[TEXT]), form="NFKC")
+    arr = pc.utf8_lower(arr)
+    arr = pc.utf8_trim_whitespace(pc.replace_substring_regex(arr, pattern=r"\s+", replacement=" "))
+    return arr.to_pylist()
+
+
+def text_hashes(texts: list[str], algorithm: str) -> tuple[np.ndarray, np.ndarray]:
+    """Two uint64 halves of md5 (as cuDF's md5 hex, first 16 bytes) or (xxh64, 0)."""
+    n = len(texts)
+    if algorithm == "xxhash64":
+        h = np.fromiter((xxhash.xxh64_intdigest(t.encode("utf-8")) for t in texts),
+                        dtype=np.uint64, count=n)
+        return h, np.zeros(n, dtype=np.uint64)
+    raw = b"".join(hashlib.md5(t.encode("utf-8")).digest() for t in texts)
+    both = np.frombuffer(raw, dtype=">u8").reshape(n, 2) if n else np.zeros((0, 2), ">u8")
+    return both[:, 0].astype(np.uint64), both[:, 1].astype(np.uint64)
+
+
+class ExactKeys:
+    """Partition ``i`` -> its rows' hash, position, length and id (what the shuffle moves)."""
+
+    def __init__(self, source, normalize: bool, algorithm: str):
+        self.source, self.normalize, self.algorithm = source, normalize, algorithm
+
+    def __call__(self, i: int) -> pd.DataFrame:
+        df = self.source.read(i).frame
+        h1, h2 = text_hashes(normalized_texts(df, self.normalize), self.algorithm)
+        return pd.DataFrame({
+            "h1": h1, "h2": h2, POS: np.full(len(df), i, dtype=np.int64),
+            ROW: np.arange(len(df), dtype=np.int64),
+            "length": df[TEXT].str.len().to_numpy(dtype=np.int64, na_value=0),
+            ID: df[ID].astype(pd.StringDtype("pyarrow")),
+        })
+
+
+def _exact_losers(df: pd.DataFrame, keep: str) -> pd.DataFrame:
+    return losers(df, ["h1", "h2"], keep)
+
+
+@stage("exact_dedup")
+class ExactDedup(GlobalStage):
+    """Keep one document per identical text (md5 or xxHash64 of the UTF-8 bytes).
+
+    ``normalize`` hashes NFKC, lower-cased, whitespace-collapsed text instead. Documents are
+    shuffled by hash; the kept one is chosen by ``keep`` (first in input order, longest,
+    smallest id). Every removal is written to ``dedup/duplicates.parquet/`` with the kept id.
+    """
+
+    reasons: ClassVar[tuple[str, ...]] = ("exact_duplicate",)
+
+    hash: Literal["md5", "xxhash64"] = "xxhash64"
+    normalize: bool = False
+    keep: Keep = "first"
+
+    def apply(self, ddf, ctx=None):
+        import dask.dataframe as dd
+
+        src = ctx.source
+        meta = pd.DataFrame({"h1": np.zeros(0, np.uint64), "h2": np.zeros(0, np.uint64),
+                             POS: np.zeros(0, np.int64), ROW: np.zeros(0, np.int64),
+                             "length": np.zeros(0, np.int64),
+                             ID: pd.Series([], dtype=pd.StringDtype("pyarrow"))})
+        keys = dd.from_map(ExactKeys(src, self.normalize, self.hash),
+                           list(range(src.npartitions)), meta=meta, enforce_metadata=False,
+                           label="gpupipe-exact-keys")
+        shuffled = keys.shuffle(on=["h1", "h2"], npartitions=max(1, src.npartitions))
+        lost = shuffled.map_partitions(_exact_losers, self.keep,
+                                       meta=losers(meta, ["h1", "h2"], "first"))
+        losers_dir = os.path.join(ctx.work_dir, "losers")
+        write_losers(ctx.client, lost, losers_dir)
+        label = f"{ctx.position}:{self.stage_name}"
+        audit_dir = os.path.join(ctx.output_dir, "dedup", "duplicates.parquet")
+        clear_audit(audit_dir, label)
+        reader = DropLosers(src, losers_dir, os.path.join(ctx.output_dir, "dedup",
+                                                          "duplicates.parquet"), label)
+        return dd.from_map(reader, list(range(src.npartitions)), meta=src.meta(),
+                           enforce_metadata=False, label="gpupipe-exact-drop")

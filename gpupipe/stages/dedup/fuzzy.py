@@ -1,0 +1,261 @@
+"""fuzzy_dedup: MinHash -> LSH bands -> candidate pairs -> connected components."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Annotated, ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pydantic import Field
+
+from gpupipe.frame import ID, TEXT, text_array
+from gpupipe.stages.base import GlobalStage, stage
+from gpupipe.stages.dedup.common import POS, ROW, DropLosers, Keep, clear_audit
+
+#: presets users know (shared/FILTERS.md)
+PRESETS = {
+    # NeMo Curator: 24-character shingles of the raw text, MurmurHash3_x86_32, 20 x 13, seed 42
+    "nemo": {"shingles": "chars", "width": 24, "bands": 20, "rows": 13, "seed": 42, "bits": 32},
+    # datatrove: word 5-grams of normalised text, 14 x 8
+    "datatrove": {"shingles": "words", "width": 5, "bands": 14, "rows": 8, "seed": 1, "bits": 64},
+}
+
+
+def candidate_probability(s: float, bands: int, rows: int) -> float:
+    """Probability that a pair with Jaccard ``s`` shares at least one band."""
+    return 1.0 - (1.0 - s**rows) ** bands
+
+
+def bands_for_threshold(threshold: float, num_hashes: int) -> tuple[int, int]:
+    """(bands, rows) with bands * rows <= num_hashes minimising false positives below the
+    threshold plus false negatives above it (integrated candidate probability)."""
+    xs = np.linspace(0, 1, 201)
+    best, best_err = (1, num_hashes), float("inf")
+    for rows in range(1, num_hashes + 1):
+        bands = num_hashes // rows
+        p = 1.0 - (1.0 - xs**rows) ** bands
+        err = np.trapezoid(np.where(xs < threshold, p, 1 - p), xs)
+        if err < best_err:
+            best, best_err = (bands, rows), err
+    return best
+
+
+def normalize_for_words(arr) -> pa.Array:
+    """datatrove-style normalisation: lowercase, digits -> 0, punctuation removed, accents
+    stripped, whitespace collapsed."""
+    arr = pc.utf8_normalize(arr, form="NFKD")
+    arr = pc.replace_substring_regex(arr, pattern=r"\p{Mn}", replacement="")  # accents
+    arr = pc.utf8_lower(arr)
+    arr = pc.replace_substring_regex(arr, pattern=r"\d", replacement="0")
+    arr = pc.replace_substring_regex(arr, pattern=r"[\p{P}\p{S}]", replacement=" ")
+    return pc.utf8_trim_whitespace(pc.replace_substring_regex(arr, pattern=r"\s+",
+                                                              replacement=" "))
+
+
+class Signatures:
+    """Partition ``i`` -> signature matrix, lengths and ids saved under ``work_dir``."""
+
+    def __init__(self, source, work_dir: str, cfg: dict, a: np.ndarray, b: np.ndarray):
+        self.source, self.work_dir, self.cfg, self.a, self.b = source, work_dir, cfg, a, b
+
+    def __call__(self, i: int) -> int:
+        from gpupipe.io.writer import write_parquet
+        from gpupipe.stages.dedup.minhash import minhash, minhash_ngrams
+
+        df = self.source.read(i).frame
+        arr = text_array(df[TEXT])
+        cfg = self.cfg
+        if cfg["shingles"] == "chars":
+            sig = minhash(arr, seed=cfg["seed"], a=self.a, b=self.b, width=cfg["width"],
+                          bits=cfg["bits"])
+        else:
+            words = pc.utf8_split_whitespace(normalize_for_words(arr))
+            sig = minhash_ngrams(words, ngrams=cfg["width"] - 1, seed=cfg["seed"], a=self.a,
+                                 b=self.b, bits=cfg["bits"])
+        tmp = os.path.join(self.work_dir, f".part-{i:05d}.npy.tmp")
+        with open(tmp, "wb") as f:
+            np.save(f, sig)
+        os.replace(tmp, os.path.join(self.work_dir, f"part-{i:05d}.npy"))
+        write_parquet(pa.table({"id": pa.array(df[ID].tolist(), pa.string()),
+                                "length": pc.utf8_length(arr).cast(pa.int64())}),
+                      os.path.join(self.work_dir, f"part-{i:05d}.meta.parquet"))
+        return len(df)
+
+
+def band_keys(sig: np.ndarray, band: int, rows: int) -> np.ndarray:
+    """64-bit key of one band of every signature (vectorised multiply-xor mixing)."""
+    h = np.full(sig.shape[0], np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(band), dtype=np.uint64)
+    for v in sig[:, band * rows:(band + 1) * rows].astype(np.uint64).T:
+        h = (h ^ v) * np.uint64(0x100000001B3)
+        h ^= h >> np.uint64(29)
+    return h
+
+
+class BandEdges:
+    """Signature file ``i`` -> (band, key, gid) rows for a group of bands."""
+
+    def __init__(self, work_dir: str, bands: list[int], rows: int, offsets: np.ndarray):
+        self.work_dir, self.bands, self.rows, self.offsets = work_dir, bands, rows, offsets
+
+    def __call__(self, i: int) -> pd.DataFrame:
+        sig = np.load(os.path.join(self.work_dir, f"part-{i:05d}.npy"), mmap_mode="r")
+        gid = np.arange(sig.shape[0], dtype=np.int64) + self.offsets[i]
+        frames = [pd.DataFrame({"band": np.full(len(gid), b, np.int64),
+                                "key": band_keys(np.asarray(sig), b, self.rows), "gid": gid})
+                  for b in self.bands]
+        return pd.concat(frames, ignore_index=True) if frames else _EMPTY_KEYS
+
+
+_EMPTY_KEYS = pd.DataFrame({"band": np.zeros(0, np.int64), "key": np.zeros(0, np.uint64),
+                            "gid": np.zeros(0, np.int64)})
+_EMPTY_EDGES = pd.DataFrame({"a": np.zeros(0, np.int64), "b": np.zeros(0, np.int64)})
+
+
+def star_edges(df: pd.DataFrame) -> pd.DataFrame:
+    """Within each (band, key) bucket, connect every member to the smallest gid."""
+    if df.empty:
+        return _EMPTY_EDGES
+    df = df.sort_values(["band", "key", "gid"], kind="stable")
+    first = ~df.duplicated(["band", "key"], keep="first")
+    root = df["gid"].where(first).ffill().astype(np.int64)
+    mask = ~first.to_numpy()
+    return pd.DataFrame({"a": root.to_numpy()[mask], "b": df["gid"].to_numpy()[mask]})
+
+
+@stage("fuzzy_dedup")
+class FuzzyDedup(GlobalStage):
+    """Remove near-duplicates: MinHash signatures, LSH bands, connected components.
+
+    ``preset``: ``nemo`` (24-character shingles, MurmurHash3_x86_32, 20 bands x 13 rows,
+    seed 42) or ``datatrove`` (normalised word 5-grams, 14 x 8); any field set explicitly
+    overrides the preset, and ``threshold`` picks bands x rows for a Jaccard threshold.
+    ``verify`` drops candidate pairs whose signature agreement (a Jaccard estimate) is below
+    ``jaccard_threshold``. One document per component is kept (``keep``); every removal is
+    written to ``dedup/duplicates.parquet/`` with the kept id, component and Jaccard estimate.
+    Signatures are the same bits as cuDF's ``str.minhash`` / ``minhash_ngrams``.
+    """
+
+    reasons: ClassVar[tuple[str, ...]] = ("near_duplicate",)
+
+    preset: Literal["nemo", "datatrove"] = "datatrove"
+    shingles: Literal["chars", "words"] | None = None
+    width: Annotated[int | None, Field(ge=2)] = None
+    bands: Annotated[int | None, Field(ge=1)] = None
+    rows: Annotated[int | None, Field(ge=1)] = None
+    threshold: Annotated[float | None, Field(gt=0, lt=1)] = None
+    num_hashes: Annotated[int | None, Field(ge=1)] = None
+    seed: int | None = None
+    bits: Literal[32, 64] | None = None
+    verify: bool = False
+    jaccard_threshold: Annotated[float, Field(gt=0, le=1)] = 0.8
+    keep: Keep = "first"
+    bands_per_pass: Annotated[int, Field(ge=1)] = 4
+
+    def __post_init__(self):
+        if self.threshold is not None and (self.bands is not None or self.rows is not None):
+            raise ValueError("give threshold or bands/rows, not both")
+
+    def config(self) -> dict:
+        cfg = dict(PRESETS[self.preset])
+        for key in ("shingles", "width", "bands", "rows", "seed", "bits"):
+            if getattr(self, key) is not None:
+                cfg[key] = getattr(self, key)
+        if self.threshold is not None:
+            budget = self.num_hashes or cfg["bands"] * cfg["rows"]
+            cfg["bands"], cfg["rows"] = bands_for_threshold(self.threshold, budget)
+        cfg["num_hashes"] = cfg["bands"] * cfg["rows"]
+        return cfg
+
+    def permutations(self, cfg: dict) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng(cfg["seed"])
+        if cfg["bits"] == 32:
+            a = rng.integers(1, 2**32, cfg["num_hashes"], dtype=np.uint64).astype(np.uint32)
+            b = rng.integers(0, 2**32, cfg["num_hashes"], dtype=np.uint64).astype(np.uint32)
+            return a | np.uint32(1), b
+        a = rng.integers(1, (1 << 61) - 1, cfg["num_hashes"], dtype=np.uint64)
+        b = rng.integers(0, (1 << 61) - 1, cfg["num_hashes"], dtype=np.uint64)
+        return a, b
+
+    def apply(self, ddf, ctx=None):
+        import dask.dataframe as dd
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
+
+        client, src = ctx.client, ctx.source
+        cfg = self.config()
+        a, b = self.permutations(cfg)
+        sig_dir = os.path.join(ctx.work_dir, "signatures")
+        shutil.rmtree(ctx.work_dir, ignore_errors=True)
+        os.makedirs(sig_dir)
+        n_parts = src.npartitions
+        counts = client.gather(client.map(Signatures(src, sig_dir, cfg, a, b),
+                                          list(range(n_parts)), pure=False))
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        n_docs = int(offsets[-1])
+        edges = [_EMPTY_EDGES]
+        for start in range(0, cfg["bands"], self.bands_per_pass):
+            group = list(range(start, min(start + self.bands_per_pass, cfg["bands"])))
+            keys = dd.from_map(BandEdges(sig_dir, group, cfg["rows"], offsets),
+                               list(range(n_parts)), meta=_EMPTY_KEYS, enforce_metadata=False,
+                               label="gpupipe-lsh-keys")
+            buckets = keys.shuffle(on=["band", "key"], npartitions=max(1, n_parts))
+            found = buckets.map_partitions(star_edges, meta=_EMPTY_EDGES)
+            edges.append(client.compute(found).result())
+        pairs = pd.concat(edges, ignore_index=True).drop_duplicates()
+        meta = pd.concat([pd.read_parquet(os.path.join(sig_dir, f"part-{i:05d}.meta.parquet"))
+                          for i in range(n_parts)], ignore_index=True) if n_parts else None
+        sigs = (np.concatenate([np.load(os.path.join(sig_dir, f"part-{i:05d}.npy"))
+                                for i in range(n_parts)]) if n_parts else None)
+        if len(pairs) and self.verify:
+            agree = (sigs[pairs["a"].to_numpy()] == sigs[pairs["b"].to_numpy()]).mean(axis=1)
+            pairs = pairs[agree >= self.jaccard_threshold]
+        lost = self._losers(pairs, n_docs, meta, sigs, offsets, connected_components, coo_matrix)
+        losers_dir = os.path.join(ctx.work_dir, "losers")
+        for part, group in lost.groupby(POS, sort=True):
+            d = os.path.join(losers_dir, f"{POS}={int(part)}")
+            os.makedirs(d, exist_ok=True)
+            pq.write_table(pa.Table.from_pandas(group.drop(columns=[POS]), preserve_index=False),
+                           os.path.join(d, "losers.parquet"))
+        label = f"{ctx.position}:{self.stage_name}"
+        audit_dir = os.path.join(ctx.output_dir, "dedup", "duplicates.parquet")
+        clear_audit(audit_dir, label)
+        reader = DropLosers(src, losers_dir, os.path.join(ctx.output_dir, "dedup",
+                                                          "duplicates.parquet"), label,
+                            audit_cols=("component", "jaccard"))
+        return dd.from_map(reader, list(range(n_parts)), meta=src.meta(), enforce_metadata=False,
+                           label="gpupipe-fuzzy-drop")
+
+    def _losers(self, pairs, n_docs, meta, sigs, offsets, connected_components, coo_matrix):
+        cols = {POS: np.zeros(0, np.int64), ROW: np.zeros(0, np.int64), "id": [],
+                "duplicate_of": [], "component": np.zeros(0, np.int64),
+                "jaccard": np.zeros(0, np.float64)}
+        if n_docs == 0 or len(pairs) == 0:
+            return pd.DataFrame(cols)
+        graph = coo_matrix((np.ones(len(pairs), dtype=np.int8),
+                            (pairs["a"].to_numpy(), pairs["b"].to_numpy())), shape=(n_docs, n_docs))
+        _, label = connected_components(graph, directed=False)
+        gid = np.arange(n_docs, dtype=np.int64)
+        sizes = np.bincount(label)
+        in_group = sizes[label] > 1
+        df = pd.DataFrame({"gid": gid[in_group], "component": label[in_group],
+                           "length": meta["length"].to_numpy()[in_group],
+                           "id": meta["id"].to_numpy()[in_group]})
+        rank = {"first": ["gid"], "longest": ["neg_len", "gid"], "shortest_id": ["id", "gid"]}
+        df["neg_len"] = -df["length"]
+        df = df.sort_values(["component", *rank[self.keep]], kind="stable")
+        first = ~df.duplicated("component", keep="first")
+        kept_gid = df["gid"].where(first).ffill().astype(np.int64)
+        kept_id = df["id"].where(first).ffill()
+        out = df.loc[~first]
+        kept = kept_gid[~first].to_numpy()
+        jaccard = (sigs[out["gid"].to_numpy()] == sigs[kept]).mean(axis=1)
+        # the component id users see: the kept document's global position
+        part = np.searchsorted(offsets, out["gid"].to_numpy(), side="right") - 1
+        return pd.DataFrame({POS: part, ROW: out["gid"].to_numpy() - offsets[part],
+                             "id": out["id"].to_numpy(), "duplicate_of": kept_id[~first].to_numpy(),
+                             "component": kept, "jaccard": jaccard})
