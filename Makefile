@@ -30,6 +30,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_quickstart.py
 	$(BIN)/python benchmarks/bench_shards.py
+	$(BIN)/python benchmarks/bench_dedup.py
 
 data: $(STAMP)
 	$(BIN)/python data/make_sample.py

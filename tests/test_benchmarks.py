@@ -9,11 +9,14 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("script, key", [("bench_quickstart.py", "end_to_end"),
-                                         ("bench_shards.py", "pipeline_on_dask")])
-def test_benchmark_script_runs(script, key):
-    r = subprocess.run([sys.executable, f"benchmarks/{script}", "--scale", "1", "--workers", "1"],
-                       capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("script, args, key", [
+    ("bench_quickstart.py", ["--scale", "1"], "end_to_end"),
+    ("bench_shards.py", ["--scale", "1"], "pipeline_on_dask"),
+    ("bench_dedup.py", ["--near", "50", "--memory-scales", "1"], "gpupipe"),
+])
+def test_benchmark_script_runs(script, args, key):
+    r = subprocess.run([sys.executable, f"benchmarks/{script}", *args, "--workers", "1"],
+                       capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads(r.stdout)
     assert report[key]["seconds"] > 0

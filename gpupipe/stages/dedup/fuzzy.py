@@ -45,16 +45,15 @@ def bands_for_threshold(threshold: float, num_hashes: int) -> tuple[int, int]:
     return best
 
 
-def normalize_for_words(arr) -> pa.Array:
-    """datatrove-style normalisation: lowercase, digits -> 0, punctuation removed, accents
-    stripped, whitespace collapsed."""
+def normalized_words(arr) -> pa.Array:
+    """datatrove-style word lists: lowercase, digits -> 0, punctuation and symbols removed,
+    accents stripped, split on whitespace (runs of it count once)."""
     arr = pc.utf8_normalize(arr, form="NFKD")
-    arr = pc.replace_substring_regex(arr, pattern=r"\p{Mn}", replacement="")  # accents
+    arr = pc.replace_substring_regex(arr, pattern=r"\p{Mn}+", replacement="")  # accents
     arr = pc.utf8_lower(arr)
     arr = pc.replace_substring_regex(arr, pattern=r"\d", replacement="0")
-    arr = pc.replace_substring_regex(arr, pattern=r"[\p{P}\p{S}]", replacement=" ")
-    return pc.utf8_trim_whitespace(pc.replace_substring_regex(arr, pattern=r"\s+",
-                                                              replacement=" "))
+    arr = pc.replace_substring_regex(arr, pattern=r"[\p{P}\p{S}]+", replacement=" ")
+    return pc.utf8_split_whitespace(arr)
 
 
 class Signatures:
@@ -74,8 +73,7 @@ class Signatures:
             sig = minhash(arr, seed=cfg["seed"], a=self.a, b=self.b, width=cfg["width"],
                           bits=cfg["bits"])
         else:
-            words = pc.utf8_split_whitespace(normalize_for_words(arr))
-            sig = minhash_ngrams(words, ngrams=cfg["width"] - 1, seed=cfg["seed"], a=self.a,
+            sig = minhash_ngrams(normalized_words(arr), ngrams=cfg["width"] - 1, seed=cfg["seed"], a=self.a,
                                  b=self.b, bits=cfg["bits"])
         tmp = os.path.join(self.work_dir, f".part-{i:05d}.npy.tmp")
         with open(tmp, "wb") as f:

@@ -157,7 +157,11 @@ def _update64(h, a, b, out_row):
     if h == 0:
         h = np.uint64(1)
     for j in range(a.shape[0]):
-        v = (h * a[j] + b[j]) % MERSENNE_61
+        x = h * a[j] + b[j]  # mod 2^64 (wraps)
+        # x mod (2^61 - 1) without a division: fold the high bits onto the low ones
+        v = (x & MERSENNE_61) + (x >> np.uint64(61))
+        if v >= MERSENNE_61:
+            v -= MERSENNE_61
         if v < out_row[j]:
             out_row[j] = v
 

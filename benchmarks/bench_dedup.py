@@ -1,0 +1,231 @@
+#!/usr/bin/env python
+"""Fuzzy dedup: gpupipe vs datatrove's four MinHash stages on the same documents. Prints JSON.
+
+    python benchmarks/bench_dedup.py [--workers 2] [--near 300] [--memory-scales 1 2 4]
+
+Corpus: every sample document of 50+ words, plus ``--near`` planted near-copies (1-5% of the
+words replaced) — ground truth for recall / precision. Both tools use word 5-grams and
+14 bands x 8 rows (datatrove's defaults; gpupipe's ``datatrove`` preset).
+
+* signatures: MinHash throughput of gpupipe's kernels in this process (MB/s), both presets;
+* end to end: gpupipe's fuzzy_dedup pipeline on a local Dask cluster (warm) vs datatrove's
+  MinhashDedupSignature -> Buckets -> Cluster -> Filter with LocalPipelineExecutor, same
+  number of workers; ratio = datatrove seconds / gpupipe seconds;
+* memory: peak RSS per Dask worker for 1x, 2x, 4x the data (copies with words shuffled, so
+  they are new documents, not duplicates).
+
+datatrove is optional: ``pip install "datatrove==0.10.1" "xxhash<4" spacy regex``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import gzip
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def corpus(n_near: int, seed: int = 0):
+    recs = [json.loads(line) for f in sorted(glob.glob(str(REPO / "data/sample/*.jsonl.gz")))
+            for line in gzip.open(f, "rt", encoding="utf-8")]
+    base = [{"id": r["id"], "text": r["text"]} for r in recs if len(r["text"].split()) >= 50]
+    rng = random.Random(seed)
+    near = []
+    for r in rng.sample(base, n_near):
+        words = r["text"].split(" ")
+        for j in rng.sample(range(len(words)), max(1, int(len(words) * rng.uniform(0.01, 0.05)))):
+            words[j] = rng.choice(["alpha", "beta", "gamma", "delta"])
+        near.append({"id": r["id"] + "~near", "text": " ".join(words), "orig": r["id"]})
+    rows = base + [{"id": r["id"], "text": r["text"]} for r in near]
+    rng.shuffle(rows)
+    return rows, near
+
+
+def write_files(rows, d: Path, n_files: int = 4):
+    d.mkdir(parents=True, exist_ok=True)
+    for k in range(n_files):
+        with open(d / f"part-{k}.jsonl", "w", encoding="utf-8") as f:
+            for r in rows[k::n_files]:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def quality(removed: set[str], near, all_ids) -> dict:
+    """recall: planted pairs with one side removed; precision: removed docs that are planted
+    copies or their originals (the corpus may hold real near-duplicates, counted as false)."""
+    planted = {r["id"] for r in near} | {r["orig"] for r in near}
+    found = sum(1 for r in near if r["id"] in removed or r["orig"] in removed)
+    return {"removed": len(removed), "recall": round(found / len(near), 3),
+            "precision": round(len(removed & planted) / max(1, len(removed)), 3)}
+
+
+def run_gpupipe(inp: Path, out: Path, workers: int):
+    import pandas as pd
+    from distributed import Client, LocalCluster
+
+    import gpupipe as gp
+    from gpupipe.cluster import worker_env
+    from gpupipe.stages import FuzzyDedup
+
+    pipe = gp.Pipeline(input={"path": str(inp), "id_column": "id"},
+                       output={"path": str(out), "overwrite": True},
+                       stages=[FuzzyDedup(preset="datatrove")])
+    with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0",
+                      silence_logs=50, env=worker_env(1)) as cluster, Client(cluster) as client:
+        pipe.run(client=client, progress=False)  # warm-up: compiled kernels load per worker
+        t0 = time.perf_counter()
+        pipe.run(client=client, progress=False)
+        seconds = time.perf_counter() - t0
+    removed = set(pd.read_parquet(out / "dedup" / "duplicates.parquet")["id"])
+    return seconds, removed
+
+
+def run_datatrove(inp: Path, work: Path, workers: int):
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.dedup.minhash import (
+        MinhashConfig,
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
+    from datatrove.pipeline.readers import JsonlReader
+    from datatrove.pipeline.writers import JsonlWriter
+    from datatrove.utils.hashing import HashConfig
+
+    cfg = MinhashConfig(hash_config=HashConfig(precision=64), num_buckets=14,
+                        hashes_per_bucket=8)
+    tasks = 4
+    kw = {"workers": workers, "skip_completed": False}
+    t0 = time.perf_counter()
+    LocalPipelineExecutor(pipeline=[JsonlReader(str(inp), id_key="id"),
+                                    MinhashDedupSignature(output_folder=str(work / "sigs"),
+                                                          config=cfg)],
+                          tasks=tasks, logging_dir=str(work / "log1"), **kw).run()
+    LocalPipelineExecutor(pipeline=[MinhashDedupBuckets(input_folder=str(work / "sigs"),
+                                                        output_folder=str(work / "buckets"),
+                                                        config=cfg)],
+                          tasks=cfg.num_buckets, logging_dir=str(work / "log2"), **kw).run()
+    LocalPipelineExecutor(pipeline=[MinhashDedupCluster(input_folder=str(work / "buckets"),
+                                                        output_folder=str(work / "remove"),
+                                                        config=cfg)],
+                          tasks=1, logging_dir=str(work / "log3"), **kw).run()
+    LocalPipelineExecutor(pipeline=[JsonlReader(str(inp), id_key="id"),
+                                    MinhashDedupFilter(input_folder=str(work / "remove"),
+                                                       exclusion_writer=JsonlWriter(
+                                                           str(work / "removed"))),
+                                    JsonlWriter(str(work / "kept"))],
+                          tasks=tasks, logging_dir=str(work / "log4"), **kw).run()
+    seconds = time.perf_counter() - t0
+    removed = set()
+    for f in glob.glob(str(work / "removed" / "*")):
+        opener = gzip.open if f.endswith(".gz") else open
+        with opener(f, "rt", encoding="utf-8") as fh:
+            removed.update(json.loads(line)["id"] for line in fh)
+    return seconds, removed
+
+
+def peak_worker_rss(inp: Path, out: Path, workers: int) -> float:
+    from distributed import Client, LocalCluster
+
+    import gpupipe as gp
+    from gpupipe.stages import FuzzyDedup
+
+    def peak():
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB on Linux
+
+    pipe = gp.Pipeline(input={"path": str(inp), "id_column": "id"},
+                       output={"path": str(out), "overwrite": True},
+                       stages=[FuzzyDedup(preset="datatrove")])
+    with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0",
+                      silence_logs=50) as cluster, Client(cluster) as client:
+        pipe.run(client=client, progress=False)
+        return round(max(client.run(peak).values()), 1)
+
+
+def main() -> int:
+    import pyarrow as pa
+
+    from gpupipe.stages import FuzzyDedup
+    from gpupipe.stages.dedup.fuzzy import normalized_words
+    from gpupipe.stages.dedup.minhash import minhash, minhash_ngrams
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--near", type=int, default=300)
+    ap.add_argument("--memory-scales", type=int, nargs="*", default=[1, 2, 4])
+    args = ap.parse_args()
+    rows, near = corpus(args.near)
+    mb = sum(len(r["text"].encode()) for r in rows) / 1e6
+    report: dict = {"docs": len(rows), "text_MB": round(mb, 2), "planted_near": len(near),
+                    "workers": args.workers, "cpu_count": os.cpu_count()}
+    arr = pa.array([r["text"] for r in rows], pa.large_string())
+    sig = {}
+    for preset in ("datatrove", "nemo"):
+        st = FuzzyDedup(preset=preset)
+        cfg = st.config()
+        a, b = st.permutations(cfg)
+
+        def compute(cfg=cfg, a=a, b=b):
+            if cfg["shingles"] == "chars":
+                return minhash(arr, seed=cfg["seed"], a=a, b=b, width=cfg["width"],
+                               bits=cfg["bits"])
+            return minhash_ngrams(normalized_words(arr), ngrams=cfg["width"] - 1, seed=cfg["seed"], a=a, b=b,
+                                  bits=cfg["bits"])
+
+        compute()  # compile
+        t0 = time.perf_counter()
+        compute()
+        t = time.perf_counter() - t0
+        sig[preset] = {"MB_per_s": round(mb / t, 2), "docs_per_s": round(len(rows) / t),
+                       "num_hashes": cfg["num_hashes"]}
+    report["signatures_in_process"] = sig
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        write_files(rows, tmp / "in")
+        ids = {r["id"] for r in rows}
+        t_gp, removed_gp = run_gpupipe(tmp / "in", tmp / "gp", args.workers)
+        report["gpupipe"] = {"seconds": round(t_gp, 3), "MB_per_s": round(mb / t_gp, 2),
+                             **quality(removed_gp, near, ids)}
+        try:
+            import datatrove  # noqa: F401
+        except ImportError:
+            report["datatrove"] = "not installed (see the docstring)"
+        else:
+            t_dt, removed_dt = run_datatrove(tmp / "in", tmp / "dt", args.workers)
+            report["datatrove"] = {"seconds": round(t_dt, 3), "MB_per_s": round(mb / t_dt, 2),
+                                   **quality(removed_dt, near, ids),
+                                   "version": datatrove.__version__ if hasattr(
+                                       datatrove, "__version__") else "0.10"}
+            report["speedup_vs_datatrove"] = round(t_dt / t_gp, 2)
+        mem = {}
+        for k in args.memory_scales:
+            rng = random.Random(k)
+            scaled = list(rows)
+            for c in range(1, k):
+                for r in rows:
+                    w = r["text"].split()
+                    rng.shuffle(w)
+                    scaled.append({"id": f"{r['id']}~x{c}", "text": " ".join(w)})
+            d = tmp / f"mem{k}"
+            write_files(scaled, d / "in", n_files=4 * k)
+            mem[f"{k}x"] = {"docs": len(scaled),
+                            "peak_worker_rss_MiB": peak_worker_rss(d / "in", d / "out",
+                                                                   args.workers)}
+        report["memory"] = mem
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
