@@ -14,7 +14,7 @@ words replaced) — ground truth for recall / precision. Both tools use word 5-g
 * memory: peak RSS per Dask worker for 1x, 2x, 4x the data (copies with words shuffled, so
   they are new documents, not duplicates).
 
-datatrove is optional: ``pip install "datatrove==0.10.1" "xxhash<4" spacy regex``.
+datatrove is optional: ``pip install "datatrove==0.10.1" "xxhash<4" spacy regex orjson``.
 """
 
 from __future__ import annotations
