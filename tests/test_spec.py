@@ -180,3 +180,9 @@ def test_quickstart_pipeline_is_valid():
     p = gp.Pipeline.from_yaml("pipelines/quickstart.yaml")
     assert [s.stage_name for s in p.stages] == ["normalize_text", "length_filter", "tokenize"]
     assert p.output.shards.num_shards == 4
+
+
+@pytest.mark.parametrize("path", sorted(__import__("glob").glob("pipelines/*.yaml")))
+def test_every_example_pipeline_is_valid(path):
+    p = gp.Pipeline.from_yaml(path)
+    assert p.stages and "plan" in p.explain()

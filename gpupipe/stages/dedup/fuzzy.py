@@ -85,6 +85,32 @@ class Signatures:
         return len(df)
 
 
+class SignatureStore:
+    """Signature rows by global document number, read from the per-partition files on demand
+    (memory-mapped): only the rows of candidate pairs are ever loaded."""
+
+    def __init__(self, sig_dir: str, offsets: np.ndarray):
+        self.sig_dir, self.offsets = sig_dir, offsets
+
+    def rows(self, gids: np.ndarray) -> np.ndarray:
+        part = np.searchsorted(self.offsets, gids, side="right") - 1
+        out = None
+        for p in np.unique(part):
+            sel = np.flatnonzero(part == p)
+            mm = np.load(os.path.join(self.sig_dir, f"part-{int(p):05d}.npy"), mmap_mode="r")
+            got = np.asarray(mm[gids[sel] - self.offsets[p]])
+            if out is None:
+                out = np.empty((len(gids), got.shape[1]), dtype=got.dtype)
+            out[sel] = got
+        return out if out is not None else np.zeros((0, 0), dtype=np.uint64)
+
+    def agreement(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Fraction of equal MinHash values: an estimate of the Jaccard similarity."""
+        if len(a) == 0:
+            return np.zeros(0, dtype=np.float64)
+        return (self.rows(a) == self.rows(b)).mean(axis=1)
+
+
 def band_keys(sig: np.ndarray, band: int, rows: int) -> np.ndarray:
     """64-bit key of one band of every signature (vectorised multiply-xor mixing)."""
     h = np.full(sig.shape[0], np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(band), dtype=np.uint64)
@@ -207,10 +233,9 @@ class FuzzyDedup(GlobalStage):
         pairs = pd.concat(edges, ignore_index=True).drop_duplicates()
         meta = pd.concat([pd.read_parquet(os.path.join(sig_dir, f"part-{i:05d}.meta.parquet"))
                           for i in range(n_parts)], ignore_index=True) if n_parts else None
-        sigs = (np.concatenate([np.load(os.path.join(sig_dir, f"part-{i:05d}.npy"))
-                                for i in range(n_parts)]) if n_parts else None)
+        sigs = SignatureStore(sig_dir, offsets)
         if len(pairs) and self.verify:
-            agree = (sigs[pairs["a"].to_numpy()] == sigs[pairs["b"].to_numpy()]).mean(axis=1)
+            agree = sigs.agreement(pairs["a"].to_numpy(), pairs["b"].to_numpy())
             pairs = pairs[agree >= self.jaccard_threshold]
         lost = self._losers(pairs, n_docs, meta, sigs, offsets, connected_components, coo_matrix)
         losers_dir = os.path.join(ctx.work_dir, "losers")
@@ -251,7 +276,7 @@ class FuzzyDedup(GlobalStage):
         kept_id = df["id"].where(first).ffill()
         out = df.loc[~first]
         kept = kept_gid[~first].to_numpy()
-        jaccard = (sigs[out["gid"].to_numpy()] == sigs[kept]).mean(axis=1)
+        jaccard = sigs.agreement(out["gid"].to_numpy(), kept)
         # the component id users see: the kept document's global position
         part = np.searchsorted(offsets, out["gid"].to_numpy(), side="right") - 1
         return pd.DataFrame({POS: part, ROW: out["gid"].to_numpy() - offsets[part],
