@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from gpupipe.errors import SpecError
-from gpupipe.registry import all_stages, closest, did_you_mean, get_stage
+from gpupipe.registry import all_stages, did_you_mean, get_stage
 from gpupipe.stages.base import Stage
 
 _STRICT = ConfigDict(extra="forbid")
@@ -477,7 +477,6 @@ __all__ = [
     "ShardSpec",
     "apply_overrides",
     "build_stage",
-    "closest",
     "json_schema",
     "load_yaml",
     "parse_pipeline",
