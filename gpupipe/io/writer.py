@@ -2,39 +2,55 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import uuid
+from collections.abc import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 
-def _tmp(path: str) -> str:
-    # a hidden name, so readers listing the directory (pyarrow, Dask) never see a partial file
+@contextlib.contextmanager
+def atomic_path(path: str) -> Iterator[str]:
+    """Yield a temporary path beside ``path``; rename it over ``path`` when the block succeeds.
+
+    The temporary name is hidden (leading dot), so readers listing the directory (pyarrow,
+    Dask) never see a partial file; on failure it is removed.
+    """
     head, tail = os.path.split(path)
-    return os.path.join(head, f".{tail}.tmp-{uuid.uuid4().hex[:12]}")
+    os.makedirs(head or ".", exist_ok=True)
+    tmp = os.path.join(head, f".{tail}.tmp-{uuid.uuid4().hex[:12]}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_bytes(payload, path: str) -> dict:
+    """Write ``payload`` atomically; return its size and sha256 (what manifests record)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(payload)
+    view = memoryview(payload)
+    return {"bytes": view.nbytes, "sha256": hashlib.sha256(view).hexdigest()}
 
 
 def write_parquet(table: pa.Table, path: str) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = _tmp(path)
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def write_json(obj, path: str) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = _tmp(path)
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, sort_keys=False, default=str)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=False, default=str)
+        f.write("\n")
+
+
+def write_npy(arr: np.ndarray, path: str) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, arr)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-import uuid
 
 import numpy as np
+
+from gpupipe.io.writer import write_bytes
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -25,11 +26,6 @@ CODE_OF = {np.dtype(v): k for k, v in DTYPE_CODES.items()}
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 when every id fits (vocab <= 65536), else int32 — there is no uint32 code."""
     return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.int32)
-
-
-def _atomic_path(path: str) -> str:
-    head, tail = os.path.split(path)
-    return os.path.join(head, f".{tail}.tmp-{uuid.uuid4().hex[:12]}")
 
 
 def write_indexed(prefix: str, tokens: np.ndarray, lengths: np.ndarray) -> dict:
@@ -58,16 +54,9 @@ def write_indexed(prefix: str, tokens: np.ndarray, lengths: np.ndarray) -> dict:
         doc_idx.astype("<i8").tobytes(),
     ])
     data = np.ascontiguousarray(tokens.astype(tokens.dtype.newbyteorder("<"), copy=False))
-    os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
-    out = {}
-    for suffix, payload in ((".bin", memoryview(data).cast("B")), (".idx", idx)):
-        path = prefix + suffix
-        tmp = _atomic_path(path)
-        with open(tmp, "wb") as f:
-            f.write(payload)
-        os.replace(tmp, path)
-        out[suffix] = {"bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
-    return out
+    # .bin first, .idx last: an index never describes a .bin that is not complete
+    return {".bin": write_bytes(memoryview(data).cast("B"), prefix + ".bin"),
+            ".idx": write_bytes(idx, prefix + ".idx")}
 
 
 class IndexedDataset:

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
-from gpupipe.io.writer import write_json
+from gpupipe.io.writer import write_bytes, write_json, write_npy
 from gpupipe.shards.megatron import write_indexed
 from gpupipe.shards.routing import SPLIT_ORDER, assign_splits, doc_keys, ranges
 
@@ -45,20 +45,12 @@ def route_partition(p: int, data_file: str, *, route_dir: str, seed: int, fracti
     docs = np.empty(len(ids), dtype=DOC_DTYPE)
     docs["split"] = assign_splits(keys, fractions)
     docs["key"], docs["length"], docs["offset"] = keys, lengths, offsets
-    os.makedirs(route_dir, exist_ok=True)
-    _save_npy(os.path.join(route_dir, f"part-{p:05d}.tokens.npy"), flat)
-    _save_npy(os.path.join(route_dir, f"part-{p:05d}.docs.npy"), docs)
+    write_npy(flat, os.path.join(route_dir, f"part-{p:05d}.tokens.npy"))
+    write_npy(docs, os.path.join(route_dir, f"part-{p:05d}.docs.npy"))
     tokens_per_split = {s: int(lengths[docs["split"] == k].sum()) for k, s in
                         enumerate(SPLIT_ORDER)}
     docs_per_split = {s: int((docs["split"] == k).sum()) for k, s in enumerate(SPLIT_ORDER)}
     return {"partition": p, "tokens": tokens_per_split, "docs": docs_per_split}
-
-
-def _save_npy(path: str, arr: np.ndarray) -> None:
-    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, arr)
-    os.replace(tmp, path)
 
 
 def gather_shard(split: str, shard: int, n_shards: int, *, route_dir: str,
@@ -143,17 +135,7 @@ def write_datatrove(prefix: str, tokens: np.ndarray, lengths: np.ndarray, tokeni
     ends = np.cumsum(lengths).astype("<u8")
     files = {".ds": data.tobytes(), ".ds.index": ends.tobytes(),
              ".ds.metadata": f"{tokenizer_name}|{dt.itemsize}\n{data.size}\n".encode()}
-    out = {}
-    import hashlib
-
-    os.makedirs(os.path.dirname(prefix), exist_ok=True)
-    for suffix, payload in files.items():
-        tmp = os.path.join(os.path.dirname(prefix), "." + os.path.basename(prefix) + suffix + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(payload)
-        os.replace(tmp, prefix + suffix)
-        out[suffix] = {"bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
-    return out
+    return {suffix: write_bytes(payload, prefix + suffix) for suffix, payload in files.items()}
 
 
 def write_shard(split: str, shard: int, n_shards: int, *, route_dir: str, partitions: int,

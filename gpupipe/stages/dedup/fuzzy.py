@@ -63,7 +63,7 @@ class Signatures:
         self.source, self.work_dir, self.cfg, self.a, self.b = source, work_dir, cfg, a, b
 
     def __call__(self, i: int) -> int:
-        from gpupipe.io.writer import write_parquet
+        from gpupipe.io.writer import write_npy, write_parquet
         from gpupipe.stages.dedup.minhash import minhash, minhash_ngrams
 
         df = self.source.read(i).frame
@@ -75,10 +75,7 @@ class Signatures:
         else:
             sig = minhash_ngrams(normalized_words(arr), ngrams=cfg["width"] - 1, seed=cfg["seed"], a=self.a,
                                  b=self.b, bits=cfg["bits"])
-        tmp = os.path.join(self.work_dir, f".part-{i:05d}.npy.tmp")
-        with open(tmp, "wb") as f:
-            np.save(f, sig)
-        os.replace(tmp, os.path.join(self.work_dir, f"part-{i:05d}.npy"))
+        write_npy(sig, os.path.join(self.work_dir, f"part-{i:05d}.npy"))
         write_parquet(pa.table({"id": pa.array(df[ID].tolist(), pa.string()),
                                 "length": pc.utf8_length(arr).cast(pa.int64())}),
                       os.path.join(self.work_dir, f"part-{i:05d}.meta.parquet"))
