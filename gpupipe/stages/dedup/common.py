@@ -17,14 +17,16 @@ POS = "_gp_part"   # partition of the stage input a row came from
 ROW = "_gp_row"    # row number inside that partition
 
 
-def losers(df: pd.DataFrame, group_cols: list[str], keep: Keep, extra: list[str] = ()) -> pd.DataFrame:
-    """Rows that lose to the kept row of their group, with ``duplicate_of`` = the kept id.
+def losers(df: pd.DataFrame, group_cols: list[str], keep: Keep,
+           extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Rows that lose to the kept row of their group, with ``duplicate_of`` = the kept id and
+    ``kept_part`` / ``kept_row`` = where the kept row is.
 
     ``df`` has the group columns, ``_gp_part``, ``_gp_row``, ``length`` and ``id``. The kept row
     is the first by input position (``first``), the longest text, or the smallest id; ties fall
     back to input position, so the choice never depends on how the work was scheduled.
     """
-    cols = ["_gp_part", "_gp_row", "id", "duplicate_of", *extra]
+    cols = [POS, ROW, "id", "duplicate_of", "kept_part", "kept_row", *extra]
     if df.empty:
         return pd.DataFrame({c: pd.Series([], dtype=_dtype(c)) for c in cols})
     rank = {"first": [POS, ROW], "longest": ["_neg_len", POS, ROW],
@@ -32,14 +34,17 @@ def losers(df: pd.DataFrame, group_cols: list[str], keep: Keep, extra: list[str]
     work = df.assign(_neg_len=-df["length"]) if keep == "longest" else df
     work = work.sort_values(group_cols + rank, kind="stable")
     first = ~work.duplicated(group_cols, keep="first")
-    winner_id = work["id"].where(first).ffill()
-    out = work.loc[~first].assign(duplicate_of=winner_id[~first])
+    lost = ~first
+    out = work.loc[lost].assign(
+        duplicate_of=work["id"].where(first).ffill()[lost],
+        kept_part=work[POS].where(first).ffill()[lost].astype("int64"),
+        kept_row=work[ROW].where(first).ffill()[lost].astype("int64"))
     return out[cols].reset_index(drop=True)
 
 
 def _dtype(col: str):
-    return {"_gp_part": "int64", "_gp_row": "int64", "component": "int64",
-            "jaccard": "float64"}.get(col, pd.StringDtype("pyarrow"))
+    return {POS: "int64", ROW: "int64", "kept_part": "int64", "kept_row": "int64",
+            "component": "int64", "jaccard": "float64"}.get(col, pd.StringDtype("pyarrow"))
 
 
 def audit_prefix(label: str) -> str:

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from gpupipe.frame import ID, TEXT, text_array
 from gpupipe.stages.base import GlobalStage, stage
-from gpupipe.stages.dedup.common import POS, ROW, DropLosers, Keep, clear_audit
+from gpupipe.stages.dedup.common import POS, ROW, DropLosers, Keep, clear_audit, losers
 
 #: presets users know (shared/FILTERS.md)
 PRESETS = {
@@ -204,8 +204,6 @@ class FuzzyDedup(GlobalStage):
 
     def apply(self, ddf, ctx=None):
         import dask.dataframe as dd
-        from scipy.sparse import coo_matrix
-        from scipy.sparse.csgraph import connected_components
 
         client, src = ctx.client, ctx.source
         cfg = self.config()
@@ -234,7 +232,7 @@ class FuzzyDedup(GlobalStage):
         if len(pairs) and self.verify:
             agree = sigs.agreement(pairs["a"].to_numpy(), pairs["b"].to_numpy())
             pairs = pairs[agree >= self.jaccard_threshold]
-        lost = self._losers(pairs, n_docs, meta, sigs, offsets, connected_components, coo_matrix)
+        lost = self._losers(pairs, n_docs, meta, sigs, offsets)
         losers_dir = os.path.join(ctx.work_dir, "losers")
         for part, group in lost.groupby(POS, sort=True):
             d = os.path.join(losers_dir, f"{POS}={int(part)}")
@@ -250,32 +248,23 @@ class FuzzyDedup(GlobalStage):
         return dd.from_map(reader, list(range(n_parts)), meta=src.meta(), enforce_metadata=False,
                            label="gpupipe-fuzzy-drop")
 
-    def _losers(self, pairs, n_docs, meta, sigs, offsets, connected_components, coo_matrix):
-        cols = {POS: np.zeros(0, np.int64), ROW: np.zeros(0, np.int64), "id": [],
-                "duplicate_of": [], "component": np.zeros(0, np.int64),
-                "jaccard": np.zeros(0, np.float64)}
+    def _losers(self, pairs, n_docs, meta, sigs, offsets):
+        """One kept document per connected component of the candidate graph; the others."""
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
+
         if n_docs == 0 or len(pairs) == 0:
-            return pd.DataFrame(cols)
+            return losers(pd.DataFrame(), ["component"], self.keep, ("component", "jaccard"))
         graph = coo_matrix((np.ones(len(pairs), dtype=np.int8),
                             (pairs["a"].to_numpy(), pairs["b"].to_numpy())), shape=(n_docs, n_docs))
         _, label = connected_components(graph, directed=False)
-        gid = np.arange(n_docs, dtype=np.int64)
-        sizes = np.bincount(label)
-        in_group = sizes[label] > 1
-        df = pd.DataFrame({"gid": gid[in_group], "component": label[in_group],
-                           "length": meta["length"].to_numpy()[in_group],
-                           "id": meta["id"].to_numpy()[in_group]})
-        rank = {"first": ["gid"], "longest": ["neg_len", "gid"], "shortest_id": ["id", "gid"]}
-        df["neg_len"] = -df["length"]
-        df = df.sort_values(["component", *rank[self.keep]], kind="stable")
-        first = ~df.duplicated("component", keep="first")
-        kept_gid = df["gid"].where(first).ffill().astype(np.int64)
-        kept_id = df["id"].where(first).ffill()
-        out = df.loc[~first]
-        kept = kept_gid[~first].to_numpy()
-        jaccard = sigs.agreement(out["gid"].to_numpy(), kept)
+        gid = np.flatnonzero(np.bincount(label)[label] > 1)  # documents in a component of 2+
+        part = np.searchsorted(offsets, gid, side="right") - 1
+        df = pd.DataFrame({"component": label[gid], POS: part, ROW: gid - offsets[part],
+                           "length": meta["length"].to_numpy()[gid],
+                           "id": meta["id"].to_numpy()[gid]})
+        out = losers(df, ["component"], self.keep)
+        lost = offsets[out[POS].to_numpy()] + out[ROW].to_numpy()
+        kept = offsets[out["kept_part"].to_numpy()] + out["kept_row"].to_numpy()
         # the component id users see: the kept document's global position
-        part = np.searchsorted(offsets, out["gid"].to_numpy(), side="right") - 1
-        return pd.DataFrame({POS: part, ROW: out["gid"].to_numpy() - offsets[part],
-                             "id": out["id"].to_numpy(), "duplicate_of": kept_id[~first].to_numpy(),
-                             "component": kept, "jaccard": jaccard})
+        return out.assign(component=kept, jaccard=sigs.agreement(lost, kept))
