@@ -11,8 +11,8 @@ words replaced) — ground truth for recall / precision. Both tools use word 5-g
 * end to end: gpupipe's fuzzy_dedup pipeline on a local Dask cluster (warm) vs datatrove's
   MinhashDedupSignature -> Buckets -> Cluster -> Filter with LocalPipelineExecutor, same
   number of workers; ratio = datatrove seconds / gpupipe seconds;
-* memory: peak RSS per Dask worker for 1x, 2x, 4x the data (copies with words shuffled, so
-  they are new documents, not duplicates).
+* memory: RSS per Dask worker before the run (libraries) and at its peak, for 1x, 2x, 4x, ...
+  the data (copies with words shuffled, so they are new documents, not duplicates).
 
 datatrove is optional: ``pip install "datatrove==0.10.1" "xxhash<4" spacy regex orjson``.
 """
@@ -133,7 +133,7 @@ def run_datatrove(inp: Path, work: Path, workers: int):
     return seconds, removed
 
 
-def peak_worker_rss(inp: Path, out: Path, workers: int) -> float:
+def peak_worker_rss(inp: Path, out: Path, workers: int) -> dict:
     from distributed import Client, LocalCluster
 
     import gpupipe as gp
@@ -144,13 +144,23 @@ def peak_worker_rss(inp: Path, out: Path, workers: int) -> float:
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB on Linux
 
+    def warm():  # what every worker holds before any data: the imported libraries
+        import psutil
+
+        import gpupipe.stages  # noqa: F401
+
+        return psutil.Process().memory_info().rss / 2**20
+
     pipe = gp.Pipeline(input={"path": str(inp), "id_column": "id"},
                        output={"path": str(out), "overwrite": True},
                        stages=[FuzzyDedup(preset="datatrove")])
     with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0",
                       silence_logs=50) as cluster, Client(cluster) as client:
+        base = max(client.run(warm).values())
         pipe.run(client=client, progress=False)
-        return round(max(client.run(peak).values()), 1)
+        top = max(client.run(peak).values())
+        return {"baseline_MiB": round(base, 1), "peak_MiB": round(top, 1),
+                "peak_above_baseline_MiB": round(top - base, 1)}
 
 
 def main() -> int:
@@ -219,9 +229,9 @@ def main() -> int:
                     scaled.append({"id": f"{r['id']}~x{c}", "text": " ".join(w)})
             d = tmp / f"mem{k}"
             write_files(scaled, d / "in", n_files=4 * k)
-            mem[f"{k}x"] = {"docs": len(scaled),
-                            "peak_worker_rss_MiB": peak_worker_rss(d / "in", d / "out",
-                                                                   args.workers)}
+            mem[f"{k}x"] = {"docs": len(scaled), "text_MB": round(
+                sum(len(r["text"].encode()) for r in scaled) / 1e6, 1),
+                **peak_worker_rss(d / "in", d / "out", args.workers)}
         report["memory"] = mem
     print(json.dumps(report, indent=2))
     return 0

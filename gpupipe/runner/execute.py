@@ -244,7 +244,8 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
         if upstream_changed or state is None or state.get("fingerprint") != fp:
             if state is not None:
                 log.info("%s: pipeline or input changed since the last run; recomputing", seg.name)
-            _reset(directory, stats_dir, *([rejected_dir] if seg.reads_input else []))
+            stale = [seg.work_directory(out)] if upstream_changed else []
+            _reset(directory, stats_dir, *stale, *([rejected_dir] if seg.reads_input else []))
             state = None
         t0 = time.perf_counter()
         if seg.kind == "row":
@@ -405,6 +406,23 @@ def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir
     return reports, len(todo)
 
 
+def _work_dir(work: str, fp: str) -> str:
+    """A global stage's intermediate checkpoints (signatures, bucket edges, ...), kept across
+    runs while the stage's fingerprint is unchanged, so an interrupted stage resumes."""
+    marker = os.path.join(work, "_fingerprint")
+    try:
+        with open(marker, encoding="utf-8") as f:
+            same = f.read().strip() == fp
+    except OSError:
+        same = False
+    if not same:
+        _reset(work)
+        os.makedirs(work)
+        with open(marker, "w", encoding="utf-8") as f:
+            f.write(fp + "\n")
+    return work
+
+
 def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, bar, out):
     import dask.dataframe as dd
     from dask import delayed
@@ -425,7 +443,9 @@ def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, ba
                       enforce_metadata=False, label=f"gpupipe-read-{seg.name}")
     from gpupipe.stages.base import GlobalContext
 
-    ctx = GlobalContext(source=source, work_dir=os.path.join(directory, "_work"),
+    work = (_work_dir(seg.work_directory(out), fp) if seg.stages[0].uses_work_dir
+            else seg.work_directory(out))
+    ctx = GlobalContext(source=source, work_dir=work,
                         output_dir=out, position=seg.positions[0], client=client)
     result = seg.stages[0].apply(ddf, ctx)
     n = result.npartitions

@@ -32,6 +32,10 @@ class Segment:
         return os.path.join(output, "data") if self.final else os.path.join(
             output, "checkpoints", self.name)
 
+    def work_directory(self, output: str) -> str:
+        """Intermediate checkpoints of a global stage (kept while its fingerprint holds)."""
+        return os.path.join(output, "checkpoints", self.name + ".work")
+
     def stats_directory(self, output: str) -> str:
         return os.path.join(output, "stats", self.name)
 

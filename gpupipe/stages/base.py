@@ -163,6 +163,8 @@ class GlobalStage(Stage):
     """A stage that needs the whole dataset; it receives and returns a Dask DataFrame."""
 
     kind: ClassVar[Literal["row", "global"]] = "global"
+    #: the stage keeps intermediate checkpoints in ``ctx.work_dir`` (resumed while unchanged)
+    uses_work_dir: ClassVar[bool] = False
 
     def apply(self, ddf, ctx: GlobalContext | None = None):
         """``ddf``: a dask.dataframe.DataFrame (not imported: stages stay Dask-free)."""

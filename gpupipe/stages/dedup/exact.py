@@ -76,6 +76,7 @@ class ExactDedup(GlobalStage):
     smallest id). Every removal is written to ``dedup/duplicates.parquet/`` with the kept id.
     """
 
+    uses_work_dir: ClassVar[bool] = True
     reasons: ClassVar[tuple[str, ...]] = ("exact_duplicate",)
 
     hash: Literal["md5", "xxhash64"] = "xxhash64"

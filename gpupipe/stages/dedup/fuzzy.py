@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from pydantic import Field
 
 from gpupipe.frame import ID, TEXT, text_array
+from gpupipe.io.writer import write_parquet
 from gpupipe.stages.base import GlobalStage, stage
 from gpupipe.stages.dedup.common import POS, ROW, DropLosers, Keep, clear_audit, losers
 
@@ -63,7 +64,7 @@ class Signatures:
         self.source, self.work_dir, self.cfg, self.a, self.b = source, work_dir, cfg, a, b
 
     def __call__(self, i: int) -> int:
-        from gpupipe.io.writer import write_npy, write_parquet
+        from gpupipe.io.writer import write_npy
         from gpupipe.stages.dedup.minhash import minhash, minhash_ngrams
 
         df = self.source.read(i).frame
@@ -161,6 +162,7 @@ class FuzzyDedup(GlobalStage):
     Signatures are the same bits as cuDF's ``str.minhash`` / ``minhash_ngrams``.
     """
 
+    uses_work_dir: ClassVar[bool] = True
     reasons: ClassVar[tuple[str, ...]] = ("near_duplicate",)
 
     preset: Literal["nemo", "datatrove"] = "datatrove"
@@ -208,23 +210,30 @@ class FuzzyDedup(GlobalStage):
         client, src = ctx.client, ctx.source
         cfg = self.config()
         a, b = self.permutations(cfg)
+        # checkpoints in ctx.work_dir (kept while the stage is unchanged): signatures per
+        # partition, then candidate edges per pass of bands — an interrupted run resumes
         sig_dir = os.path.join(ctx.work_dir, "signatures")
-        shutil.rmtree(ctx.work_dir, ignore_errors=True)
-        os.makedirs(sig_dir)
         n_parts = src.npartitions
-        counts = client.gather(client.map(Signatures(src, sig_dir, cfg, a, b),
-                                          list(range(n_parts)), pure=False))
+        todo = [i for i in range(n_parts) if not os.path.exists(
+            os.path.join(sig_dir, f"part-{i:05d}.meta.parquet"))]
+        client.gather(client.map(Signatures(src, sig_dir, cfg, a, b), todo, pure=False))
+        counts = [pq.read_metadata(os.path.join(sig_dir, f"part-{i:05d}.meta.parquet")).num_rows
+                  for i in range(n_parts)]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         n_docs = int(offsets[-1])
         edges = [_EMPTY_EDGES]
         for start in range(0, cfg["bands"], self.bands_per_pass):
-            group = list(range(start, min(start + self.bands_per_pass, cfg["bands"])))
-            keys = dd.from_map(BandEdges(sig_dir, group, cfg["rows"], offsets),
-                               list(range(n_parts)), meta=_EMPTY_KEYS, enforce_metadata=False,
-                               label="gpupipe-lsh-keys")
-            buckets = keys.shuffle(on=["band", "key"], npartitions=max(1, n_parts))
-            found = buckets.map_partitions(star_edges, meta=_EMPTY_EDGES)
-            edges.append(client.compute(found).result())
+            path = os.path.join(ctx.work_dir, "edges", f"bands-{start:04d}.parquet")
+            if not os.path.exists(path):
+                group = list(range(start, min(start + self.bands_per_pass, cfg["bands"])))
+                keys = dd.from_map(BandEdges(sig_dir, group, cfg["rows"], offsets),
+                                   list(range(n_parts)), meta=_EMPTY_KEYS,
+                                   enforce_metadata=False, label="gpupipe-lsh-keys")
+                buckets = keys.shuffle(on=["band", "key"], npartitions=max(1, n_parts))
+                found = client.compute(buckets.map_partitions(star_edges,
+                                                              meta=_EMPTY_EDGES)).result()
+                write_parquet(pa.Table.from_pandas(found, preserve_index=False), path)
+            edges.append(pd.read_parquet(path))
         pairs = pd.concat(edges, ignore_index=True).drop_duplicates()
         meta = pd.concat([pd.read_parquet(os.path.join(sig_dir, f"part-{i:05d}.meta.parquet"))
                           for i in range(n_parts)], ignore_index=True) if n_parts else None
@@ -234,6 +243,7 @@ class FuzzyDedup(GlobalStage):
             pairs = pairs[agree >= self.jaccard_threshold]
         lost = self._losers(pairs, n_docs, meta, sigs, offsets)
         losers_dir = os.path.join(ctx.work_dir, "losers")
+        shutil.rmtree(losers_dir, ignore_errors=True)
         for part, group in lost.groupby(POS, sort=True):
             d = os.path.join(losers_dir, f"{POS}={int(part)}")
             os.makedirs(d, exist_ok=True)

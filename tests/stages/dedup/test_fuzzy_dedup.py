@@ -82,3 +82,22 @@ def test_short_documents_and_tiny_corpus(client, tmp_path):
                       output=str(tmp_path / "o"),
                       stages=[FuzzyDedup(preset="nemo")]).run(client=client, progress=False)
     assert sorted(res.to_pandas()["id"]) == ["1", "3"]
+
+
+def test_interrupted_stage_resumes_from_its_checkpoints(client, planted, tmp_path):
+    import os
+
+    out = tmp_path / "o"
+    first, dups = run(client, planted, out, threshold=0.6)
+    work = out / "checkpoints" / "01-fuzzy_dedup.work"
+    files = sorted(p for p in work.rglob("*.*") if p.suffix in (".npy", ".parquet")
+                   and "losers" not in str(p))
+    assert any("signatures" in str(p) for p in files) and any("edges" in str(p) for p in files)
+    stamps = {p: p.stat().st_mtime_ns for p in files}
+    os.remove(out / "data" / "_segment.json")  # as if the run died before the stage finished
+    again, dups2 = run(client, planted, out, threshold=0.6)
+    assert again.summary["segments"][1]["computed"] > 0
+    assert {p: p.stat().st_mtime_ns for p in files} == stamps  # signatures and edges reused
+    pd.testing.assert_frame_equal(again.to_pandas(), first.to_pandas())
+    pd.testing.assert_frame_equal(dups2.sort_values("id").reset_index(drop=True),
+                                  dups.sort_values("id").reset_index(drop=True))
