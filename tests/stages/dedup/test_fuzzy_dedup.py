@@ -76,8 +76,9 @@ def test_band_selection():
 def test_short_documents_and_tiny_corpus(client, tmp_path):
     from tests.conftest import write_jsonl
 
-    write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": "1", "text": "hi"}, {"id": "2", "text": "hi"},
-                                              {"id": "3", "text": "ok"}])
+    # documents shorter than the 24-character shingle; one partition holds a single document
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": "1", "text": "hi"}, {"id": "3", "text": "ok"}])
+    write_jsonl(tmp_path / "in" / "b.jsonl", [{"id": "2", "text": "hi"}])
     res = gp.Pipeline(input={"path": str(tmp_path / "in"), "id_column": "id"},
                       output=str(tmp_path / "o"),
                       stages=[FuzzyDedup(preset="nemo")]).run(client=client, progress=False)
