@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -51,6 +52,17 @@ def test_attach_by_scheduler_file_to_separate_processes(tmp_path, small_corpus):
         assert res.summary["cluster"]["kind"] == "scheduler_file"
         assert res.summary["cluster"]["workers"] == 1
         assert res.summary["accounting"]["balanced"] and res.summary["output"]["docs"] > 0
+        # the same from the command line, as the driver of a Slurm job runs it
+        cli = subprocess.run(
+            [os.path.join(bindir, "gpupipe"), "run", "pipelines/quickstart.yaml",
+             "--scheduler-file", str(sched_file), "-o", str(tmp_path / "cli"), "--no-progress",
+             "--set", f"input.path={small_corpus}", "--set", "input.id_column=null"],
+            capture_output=True, text=True, timeout=300)
+        assert cli.returncode == 0, cli.stderr
+        summary = json.loads((tmp_path / "cli" / "run.json").read_text())
+        assert summary["cluster"] == {**summary["cluster"], "kind": "scheduler_file",
+                                      "workers": 1}
+        assert (tmp_path / "cli" / "shards" / "manifest.json").exists()
     finally:
         for p in reversed(procs):
             p.terminate()
