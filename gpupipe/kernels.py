@@ -135,3 +135,81 @@ def needs_normalization(arr: pa.Array | pa.ChunkedArray, form: str) -> np.ndarra
     offsets, data = utf8_buffers(arr)
     return _needs_normalization(offsets, data, stable_table(form),
                                 np.empty(len(offsets) - 1, dtype=np.bool_))
+
+
+@functools.cache
+def separator_table() -> np.ndarray:
+    """``table[cp]``: code point ``cp`` separates words for dedup shingling — Unicode
+    punctuation (P*), symbols (S*) and whitespace. Covers planes 0-1 (emoji included)."""
+    table = np.zeros(0x20000, dtype=np.bool_)
+    for cp in range(0x20000):
+        c = chr(cp)
+        cat = unicodedata.category(c)
+        table[cp] = cat[0] in "PSZ" or c.isspace()
+    return table
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _split_words(offsets, data, table, out_data, word_offsets, row_offsets):
+    """Words of every string: runs between separators, ASCII digits replaced by '0'."""
+    n_out = 0
+    n_words = 0
+    word_offsets[0] = 0
+    row_offsets[0] = 0
+    for k in range(offsets.shape[0] - 1):
+        i = offsets[k]
+        end = offsets[k + 1]
+        inword = False
+        while i < end:
+            b = data[i]
+            if b < 0x80:
+                step = 1
+                cp = np.int64(b)
+            elif b < 0xE0:
+                step = 2
+                cp = ((np.int64(b) & 0x1F) << 6) | (np.int64(data[i + 1]) & 0x3F)
+            elif b < 0xF0:
+                step = 3
+                cp = (((np.int64(b) & 0x0F) << 12) | ((np.int64(data[i + 1]) & 0x3F) << 6)
+                      | (np.int64(data[i + 2]) & 0x3F))
+            else:
+                step = 4
+                cp = (((np.int64(b) & 0x07) << 18) | ((np.int64(data[i + 1]) & 0x3F) << 12)
+                      | ((np.int64(data[i + 2]) & 0x3F) << 6) | (np.int64(data[i + 3]) & 0x3F))
+            sep = cp < table.shape[0] and table[cp]
+            if sep:
+                if inword:
+                    n_words += 1
+                    word_offsets[n_words] = n_out
+                    inword = False
+            else:
+                inword = True
+                if 48 <= cp <= 57:
+                    out_data[n_out] = 48
+                    n_out += 1
+                else:
+                    for s in range(step):
+                        out_data[n_out] = data[i + s]
+                        n_out += 1
+            i += step
+        if inword:
+            n_words += 1
+            word_offsets[n_words] = n_out
+        row_offsets[k + 1] = n_words
+    return n_out, n_words
+
+
+def split_words(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``list<large_string>`` of the words of each string (separators: punctuation, symbols,
+    whitespace; ASCII digits become ``0``), in one compiled pass."""
+    offsets, data = utf8_buffers(arr)
+    n = len(offsets) - 1
+    out_data = np.empty(max(1, data.size), dtype=np.uint8)
+    word_offsets = np.empty(data.size // 1 + 2, dtype=np.int64)
+    row_offsets = np.empty(n + 1, dtype=np.int64)
+    n_out, n_words = _split_words(offsets, data, separator_table(), out_data, word_offsets,
+                                  row_offsets)
+    words = pa.LargeStringArray.from_buffers(
+        n_words, pa.py_buffer(word_offsets[: n_words + 1].tobytes()),
+        pa.py_buffer(out_data[:n_out].tobytes()))
+    return pa.LargeListArray.from_arrays(pa.array(row_offsets), words)

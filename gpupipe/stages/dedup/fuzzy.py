@@ -47,14 +47,13 @@ def bands_for_threshold(threshold: float, num_hashes: int) -> tuple[int, int]:
 
 
 def normalized_words(arr) -> pa.Array:
-    """datatrove-style word lists: lowercase, digits -> 0, punctuation and symbols removed,
-    accents stripped, split on whitespace (runs of it count once)."""
+    """datatrove-style word lists: accents stripped (NFKD, combining marks removed), lower
+    case, ASCII digits -> 0, split on punctuation, symbols and whitespace (compiled kernel)."""
+    from gpupipe.kernels import split_words
+
     arr = pc.utf8_normalize(arr, form="NFKD")
-    arr = pc.replace_substring_regex(arr, pattern=r"\p{Mn}+", replacement="")  # accents
-    arr = pc.utf8_lower(arr)
-    arr = pc.replace_substring_regex(arr, pattern=r"\d", replacement="0")
-    arr = pc.replace_substring_regex(arr, pattern=r"[\p{P}\p{S}]+", replacement=" ")
-    return pc.utf8_split_whitespace(arr)
+    arr = pc.replace_substring_regex(arr, pattern=r"\p{Mn}+", replacement="")
+    return split_words(pc.utf8_lower(arr))
 
 
 class Signatures:

@@ -102,3 +102,23 @@ def test_interrupted_stage_resumes_from_its_checkpoints(client, planted, tmp_pat
     pd.testing.assert_frame_equal(again.to_pandas(), first.to_pandas())
     pd.testing.assert_frame_equal(dups2.sort_values("id").reset_index(drop=True),
                                   dups.sort_values("id").reset_index(drop=True))
+
+
+def test_word_normalisation_matches_a_python_reference(sample_records):
+    import re
+    import unicodedata
+
+    import pyarrow as pa
+
+    from gpupipe.stages.dedup.fuzzy import normalized_words
+
+    def reference(text):
+        t = unicodedata.normalize("NFKD", text)
+        t = "".join(c for c in t if unicodedata.category(c) != "Mn").lower()
+        t = re.sub("[0-9]", "0", t)
+        t = "".join(" " if unicodedata.category(c)[0] in "PSZ" or c.isspace() else c for c in t)
+        return t.split()
+
+    texts = [r["text"] for r in sample_records[::3]] + ["Ça, c'est l'été 2024!", "", "  ", "a"]
+    got = normalized_words(pa.array(texts, pa.large_string())).to_pylist()
+    assert got == [reference(t) for t in texts]
