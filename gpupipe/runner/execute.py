@@ -136,11 +136,30 @@ def make_source(input_spec):
     common = dict(files=files, root=common_root(list(files)), text_column=input_spec.text_column,
                   id_column=input_spec.id_column, on_error=input_spec.on_error)
     if fmt == "parquet":
+        _check_parquet_columns(files[0], input_spec)
         return ParquetSource(**common)
     from gpupipe.io.jsonl import split_blocks
 
     blocksize = int(input_spec.blocksize) if input_spec.blocksize is not None else None
     return JsonlSource(**common, blocks=split_blocks(files, blocksize))
+
+
+def _check_parquet_columns(path: str, input_spec) -> None:
+    """Fail before any cluster starts when the first file lacks the configured columns."""
+    import pyarrow.parquet as pq
+
+    from gpupipe.errors import InputError
+    from gpupipe.registry import did_you_mean
+
+    try:
+        names = pq.read_schema(path).names
+    except Exception as e:
+        raise InputError(f"{path}: cannot read the Parquet schema ({e})") from None
+    for key in ("text_column", "id_column"):
+        col = getattr(input_spec, key)
+        if col is not None and col not in names:
+            raise InputError(f"{path}: no column {col!r}{did_you_mean(col, names)} "
+                             f"(columns: {', '.join(names[:12])}); set input.{key}")
 
 
 def count_block_lines(client, source, bar):

@@ -53,3 +53,11 @@ def test_read_parquet_api(tmp_path):
     pq.write_table(pa.table({"text": ["x y", "z"]}), p)
     ddf = gp.read_parquet(str(tmp_path))
     assert ddf.compute(scheduler="sync")["text"].tolist() == ["x y", "z"]
+
+
+def test_pipeline_checks_parquet_columns_before_starting(tmp_path):
+    pq.write_table(pa.table({"content": ["x y"]}), tmp_path / "a.parquet")
+    p = gp.Pipeline(input={"path": str(tmp_path), "format": "parquet", "text_column": "contnt"},
+                    output=str(tmp_path / "o"))
+    with pytest.raises(InputError, match="no column 'contnt' — did you mean 'content'"):
+        p.run(progress=False)  # no cluster is started for this
