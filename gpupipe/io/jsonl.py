@@ -157,12 +157,12 @@ class JsonlSource:
         stats["text_bytes"] = utf8_bytes(frame[TEXT])
         return ReadResult(frame, stats, rejections.counts, rejections.table())
 
-
     # -- fast path ------------------------------------------------------------------------------
 
     def _parse_fast(self, path: str, data: bytes, base) -> tuple[pd.DataFrame | None, int]:
-        if not data.strip():
-            return empty_frame(), data.count(b"\n")
+        if not data.strip():  # only blank lines (or nothing)
+            return empty_frame(), data.count(b"\n") + (0 if not data or data.endswith(b"\n")
+                                                       else 1)
         fields = [(self.text_column, pa.string())]
         if self.id_column is not None and self.id_column != self.text_column:
             fields.append((self.id_column, pa.string()))
