@@ -42,7 +42,10 @@ def cmd_run(args) -> int:
     print(f"output: {out['data']}  ({out['docs']:,} documents in {out['partitions']} Parquet "
           f"file(s))")
     shards = result.summary.get("shards")
-    if shards:
+    if shards and not shards["totals"]:
+        print(f"shards: none written to {shards['directory']} — no document reached the "
+              f"tokenize stage (see the drops above)")
+    elif shards:
         parts = ", ".join(f"{s}: {t['shards']} shard(s), {t['documents']:,} docs, "
                           f"{t['tokens']:,} tokens" for s, t in shards["totals"].items())
         print(f"shards: {shards['directory']}  ({shards['format']}, {shards['dtype']}; {parts})")

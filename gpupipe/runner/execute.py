@@ -386,6 +386,8 @@ def _run_shards(client, pipeline, out, fingerprint, partitions, bar, vers) -> di
                          tokenizer_name=os.path.basename(info.path), pure=False,
                          key=[f"gpupipe-shard-{fp[:16]}-{s}-{j}" for s, j, _ in tasks])
     written = [r for r in _wait(futures, bar, "shards/write") if r is not None]
+    if not written:
+        log.warning("shards: no document reached the shards; the manifest lists none")
     manifest = writer.write_manifest(shards_dir, shards=written, spec=spec_dict, tokenizer=info,
                                      dtype=dtype, version=vers["gpupipe"], fingerprint=fp[:16],
                                      append_eod=tok_stage.append_eod)
