@@ -101,6 +101,16 @@ class SignatureStore:
             out[sel] = got
         return out if out is not None else np.zeros((0, 0), dtype=np.uint64)
 
+    def meta(self, gids: np.ndarray) -> pd.DataFrame:
+        """``id`` and ``length`` of the given documents (sorted ``gids``), in that order."""
+        part = np.searchsorted(self.offsets, gids, side="right") - 1
+        frames = []
+        for p in np.unique(part):
+            rows = gids[part == p] - self.offsets[p]
+            table = pq.read_table(os.path.join(self.sig_dir, f"part-{int(p):05d}.meta.parquet"))
+            frames.append(table.take(pa.array(rows)).to_pandas())
+        return pd.concat(frames, ignore_index=True)
+
     def agreement(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Fraction of equal MinHash values: an estimate of the Jaccard similarity."""
         if len(a) == 0:
@@ -219,7 +229,6 @@ class FuzzyDedup(GlobalStage):
         counts = [pq.read_metadata(os.path.join(sig_dir, f"part-{i:05d}.meta.parquet")).num_rows
                   for i in range(n_parts)]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        n_docs = int(offsets[-1])
         edges = [_EMPTY_EDGES]
         for start in range(0, cfg["bands"], self.bands_per_pass):
             path = os.path.join(ctx.work_dir, "edges", f"bands-{start:04d}.parquet")
@@ -234,13 +243,11 @@ class FuzzyDedup(GlobalStage):
                 write_parquet(pa.Table.from_pandas(found, preserve_index=False), path)
             edges.append(pd.read_parquet(path))
         pairs = pd.concat(edges, ignore_index=True).drop_duplicates()
-        meta = pd.concat([pd.read_parquet(os.path.join(sig_dir, f"part-{i:05d}.meta.parquet"))
-                          for i in range(n_parts)], ignore_index=True) if n_parts else None
         sigs = SignatureStore(sig_dir, offsets)
         if len(pairs) and self.verify:
             agree = sigs.agreement(pairs["a"].to_numpy(), pairs["b"].to_numpy())
             pairs = pairs[agree >= self.jaccard_threshold]
-        lost = self._losers(pairs, n_docs, meta, sigs, offsets)
+        lost = self._losers(pairs, sigs, offsets)
         losers_dir = os.path.join(ctx.work_dir, "losers")
         shutil.rmtree(losers_dir, ignore_errors=True)
         for part, group in lost.groupby(POS, sort=True):
@@ -257,21 +264,27 @@ class FuzzyDedup(GlobalStage):
         return dd.from_map(reader, list(range(n_parts)), meta=src.meta(), enforce_metadata=False,
                            label="gpupipe-fuzzy-drop")
 
-    def _losers(self, pairs, n_docs, meta, sigs, offsets):
-        """One kept document per connected component of the candidate graph; the others."""
+    def _losers(self, pairs, sigs, offsets):
+        """One kept document per connected component of the candidate graph; the others.
+
+        Only documents that appear in a candidate pair are loaded on the client, so its memory
+        follows the number of candidates, not the size of the corpus.
+        """
         from scipy.sparse import coo_matrix
         from scipy.sparse.csgraph import connected_components
 
-        if n_docs == 0 or len(pairs) == 0:
+        if len(pairs) == 0:
             return losers(pd.DataFrame(), ["component"], self.keep, ("component", "jaccard"))
-        graph = coo_matrix((np.ones(len(pairs), dtype=np.int8),
-                            (pairs["a"].to_numpy(), pairs["b"].to_numpy())), shape=(n_docs, n_docs))
+        a, b = pairs["a"].to_numpy(), pairs["b"].to_numpy()
+        nodes = np.unique(np.concatenate([a, b]))  # global document numbers, sorted
+        ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
+        graph = coo_matrix((np.ones(len(ia), dtype=np.int8), (ia, ib)),
+                           shape=(len(nodes), len(nodes)))
         _, label = connected_components(graph, directed=False)
-        gid = np.flatnonzero(np.bincount(label)[label] > 1)  # documents in a component of 2+
-        part = np.searchsorted(offsets, gid, side="right") - 1
-        df = pd.DataFrame({"component": label[gid], POS: part, ROW: gid - offsets[part],
-                           "length": meta["length"].to_numpy()[gid],
-                           "id": meta["id"].to_numpy()[gid]})
+        meta = sigs.meta(nodes)
+        part = np.searchsorted(offsets, nodes, side="right") - 1
+        df = pd.DataFrame({"component": label, POS: part, ROW: nodes - offsets[part],
+                           "length": meta["length"].to_numpy(), "id": meta["id"].to_numpy()})
         out = losers(df, ["component"], self.keep)
         lost = offsets[out[POS].to_numpy()] + out[ROW].to_numpy()
         kept = offsets[out["kept_part"].to_numpy()] + out["kept_row"].to_numpy()
