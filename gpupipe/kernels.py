@@ -27,6 +27,21 @@ def utf8_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarra
     return offsets, data
 
 
+@numba.njit(inline="always")
+def _decode(data, i):
+    """(code point, byte length) of the UTF-8 character starting at ``data[i]``."""
+    b = np.int64(data[i])
+    if b < 0x80:
+        return b, 1
+    if b < 0xE0:
+        return ((b & 0x1F) << 6) | (np.int64(data[i + 1]) & 0x3F), 2
+    if b < 0xF0:
+        return (((b & 0x0F) << 12) | ((np.int64(data[i + 1]) & 0x3F) << 6)
+                | (np.int64(data[i + 2]) & 0x3F)), 3
+    return (((b & 0x07) << 18) | ((np.int64(data[i + 1]) & 0x3F) << 12)
+            | ((np.int64(data[i + 2]) & 0x3F) << 6) | (np.int64(data[i + 3]) & 0x3F)), 4
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _count_words(offsets, data, out):
     # whitespace = exactly what Python's str.split() splits on
@@ -110,20 +125,12 @@ def _needs_normalization(offsets, data, table, out):
         end = offsets[k + 1]
         need = False
         while i < end:
-            b = data[i]
-            if b < 0x80:
+            if data[i] < 0x80:  # ASCII never changes under any normal form
                 i += 1
                 continue
-            if b < 0xE0:
-                cp = ((b & 0x1F) << 6) | (data[i + 1] & 0x3F)
-                i += 2
-            elif b < 0xF0:
-                cp = ((b & 0x0F) << 12) | ((data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F)
-                i += 3
-            else:
-                need = True
-                break
-            if not table[cp]:
+            cp, step = _decode(data, i)
+            i += step
+            if cp >= table.shape[0] or not table[cp]:
                 need = True
                 break
         out[k] = need
@@ -161,21 +168,7 @@ def _split_words(offsets, data, table, out_data, word_offsets, row_offsets):
         end = offsets[k + 1]
         inword = False
         while i < end:
-            b = data[i]
-            if b < 0x80:
-                step = 1
-                cp = np.int64(b)
-            elif b < 0xE0:
-                step = 2
-                cp = ((np.int64(b) & 0x1F) << 6) | (np.int64(data[i + 1]) & 0x3F)
-            elif b < 0xF0:
-                step = 3
-                cp = (((np.int64(b) & 0x0F) << 12) | ((np.int64(data[i + 1]) & 0x3F) << 6)
-                      | (np.int64(data[i + 2]) & 0x3F))
-            else:
-                step = 4
-                cp = (((np.int64(b) & 0x07) << 18) | ((np.int64(data[i + 1]) & 0x3F) << 12)
-                      | ((np.int64(data[i + 2]) & 0x3F) << 6) | (np.int64(data[i + 3]) & 0x3F))
+            cp, step = _decode(data, i)
             sep = cp < table.shape[0] and table[cp]
             if sep:
                 if inword:
