@@ -25,6 +25,13 @@ class TokenizerInfo:
 
 
 def file_sha256(path: str) -> str:
+    """sha256 of a file, computed once per (path, size, mtime) in a process."""
+    st = os.stat(path)
+    return _sha256(os.path.abspath(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
 
