@@ -53,8 +53,21 @@ def load_tokenizer(path: str):
         raise ValueError(f"{path!r} is not a Hugging Face tokenizers JSON file ({e})") from None
 
 
-def _token_id(tok, token: str | None) -> int | None:
-    return None if token is None else tok.token_to_id(token)
+PAD_CANDIDATES = ("<|pad|>", "<pad>", "[PAD]")
+
+
+def _special(tok, path: str, kind: str, token: str | None, candidates) -> tuple[int | None, str | None]:
+    """(id, token) of a special token: the one named (it must exist), else the first of
+    ``candidates`` the tokenizer has, else (None, None)."""
+    if token is not None:
+        token_id = tok.token_to_id(token)
+        if token_id is None:
+            raise ValueError(f"{kind}_token {token!r} is not in tokenizer {path!r}")
+        return token_id, token
+    for cand in candidates:
+        if (token_id := tok.token_to_id(cand)) is not None:
+            return token_id, cand
+    return None, None
 
 
 def describe_tokenizer(path: str, *, eod_token: str | None = None, eod_id: int | None = None,
@@ -66,31 +79,14 @@ def describe_tokenizer(path: str, *, eod_token: str | None = None, eod_id: int |
         if not 0 <= eod_id < vocab:
             raise ValueError(f"eod_id {eod_id} is outside the vocabulary (size {vocab})")
         eod_token = tok.id_to_token(eod_id)
-    elif eod_token is not None:
-        eod_id = _token_id(tok, eod_token)
-        if eod_id is None:
-            raise ValueError(f"eod_token {eod_token!r} is not in tokenizer {path!r}")
     else:
-        for cand in EOD_CANDIDATES:
-            if (eod_id := _token_id(tok, cand)) is not None:
-                eod_token = cand
-                break
-        else:
+        eod_id, eod_token = _special(tok, path, "eod", eod_token, EOD_CANDIDATES)
+        if eod_id is None:
             raise ValueError(
                 f"tokenizer {path!r} has no end-of-document token ({', '.join(EOD_CANDIDATES)}); "
                 f"set eod_token or eod_id, or train one with `gpupipe train-tokenizer`")
-    bos_id = None
-    if bos_token is not None:
-        bos_id = _token_id(tok, bos_token)
-        if bos_id is None:
-            raise ValueError(f"bos_token {bos_token!r} is not in tokenizer {path!r}")
-    else:
-        for cand in BOS_CANDIDATES:
-            if (bos_id := _token_id(tok, cand)) is not None:
-                bos_token = cand
-                break
-    pad_id = next((i for t in ("<|pad|>", "<pad>", "[PAD]") if (i := _token_id(tok, t)) is not None),
-                  None)
+    bos_id, bos_token = _special(tok, path, "bos", bos_token, BOS_CANDIDATES)
+    pad_id, _ = _special(tok, path, "pad", None, PAD_CANDIDATES)
     return TokenizerInfo(path=path, sha256=file_sha256(path), vocab_size=vocab, eod_id=eod_id,
                          eod_token=eod_token, bos_id=bos_id, bos_token=bos_token, pad_id=pad_id)
 
