@@ -9,13 +9,18 @@ from gpupipe.io.jsonl import JSONL_SUFFIXES, JsonlSource, count_newlines, split_
 from gpupipe.io.parquet import PARQUET_SUFFIXES, ParquetSource
 
 
-def _to_dask(source, label: str):
+def from_partitions(read, npartitions: int, meta, label: str):
+    """A Dask DataFrame whose partition ``i`` is ``read(i)`` (a picklable callable)."""
     import dask.dataframe as dd
 
+    return dd.from_map(read, list(range(npartitions)), meta=meta, enforce_metadata=False,
+                       label=label)
+
+
+def _to_dask(source, label: str):
     from gpupipe.runner.tasks import FrameReader
 
-    return dd.from_map(FrameReader(source), list(range(source.npartitions)), meta=source.meta(),
-                       enforce_metadata=False, label=label)
+    return from_partitions(FrameReader(source), source.npartitions, source.meta(), label)
 
 
 def read_jsonl(path: str | list[str], *, text_column: str = "text", id_column: str | None = None,
@@ -54,4 +59,4 @@ def read_parquet(path: str | list[str], *, text_column: str = "text",
     return _to_dask(source, "gpupipe-read-parquet")
 
 
-__all__ = ["JsonlSource", "ParquetSource", "read_jsonl", "read_parquet"]
+__all__ = ["JsonlSource", "ParquetSource", "from_partitions", "read_jsonl", "read_parquet"]

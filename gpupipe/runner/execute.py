@@ -445,8 +445,9 @@ def _work_dir(work: str, fp: str) -> str:
 
 
 def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, bar, out):
-    import dask.dataframe as dd
     from dask import delayed
+
+    from gpupipe.io import from_partitions
 
     if state is not None and state.get("complete"):
         n = state["partitions"]
@@ -460,8 +461,8 @@ def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, ba
     _reset(directory, stats_dir)
     os.makedirs(directory)
     t0 = time.perf_counter()
-    ddf = dd.from_map(FrameReader(source), list(range(source.npartitions)), meta=source.meta(),
-                      enforce_metadata=False, label=f"gpupipe-read-{seg.name}")
+    ddf = from_partitions(FrameReader(source), source.npartitions, source.meta(),
+                          f"gpupipe-read-{seg.name}")
     from gpupipe.stages.base import GlobalContext
 
     work = (_work_dir(seg.work_directory(out), fp) if seg.stages[0].uses_work_dir

@@ -84,16 +84,15 @@ class ExactDedup(GlobalStage):
     keep: Keep = "first"
 
     def apply(self, ddf, ctx=None):
-        import dask.dataframe as dd
+        from gpupipe.io import from_partitions
 
         src = ctx.source
         meta = pd.DataFrame({"h1": np.zeros(0, np.uint64), "h2": np.zeros(0, np.uint64),
                              POS: np.zeros(0, np.int64), ROW: np.zeros(0, np.int64),
                              "length": np.zeros(0, np.int64),
                              ID: pd.Series([], dtype=pd.StringDtype("pyarrow"))})
-        keys = dd.from_map(ExactKeys(src, self.normalize, self.hash),
-                           list(range(src.npartitions)), meta=meta, enforce_metadata=False,
-                           label="gpupipe-exact-keys")
+        keys = from_partitions(ExactKeys(src, self.normalize, self.hash), src.npartitions, meta,
+                               "gpupipe-exact-keys")
         shuffled = keys.shuffle(on=["h1", "h2"], npartitions=max(1, src.npartitions))
         lost = shuffled.map_partitions(_exact_losers, self.keep,
                                        meta=losers(meta, ["h1", "h2"], "first"))
@@ -104,5 +103,4 @@ class ExactDedup(GlobalStage):
         clear_audit(audit_dir, label)
         reader = DropLosers(src, losers_dir, os.path.join(ctx.output_dir, "dedup",
                                                           "duplicates.parquet"), label)
-        return dd.from_map(reader, list(range(src.npartitions)), meta=src.meta(),
-                           enforce_metadata=False, label="gpupipe-exact-drop")
+        return from_partitions(reader, src.npartitions, src.meta(), "gpupipe-exact-drop")

@@ -214,7 +214,7 @@ class FuzzyDedup(GlobalStage):
         return a, b
 
     def apply(self, ddf, ctx=None):
-        import dask.dataframe as dd
+        from gpupipe.io import from_partitions
 
         client, src = ctx.client, ctx.source
         cfg = self.config()
@@ -234,9 +234,8 @@ class FuzzyDedup(GlobalStage):
             path = os.path.join(ctx.work_dir, "edges", f"bands-{start:04d}.parquet")
             if not os.path.exists(path):
                 group = list(range(start, min(start + self.bands_per_pass, cfg["bands"])))
-                keys = dd.from_map(BandEdges(sig_dir, group, cfg["rows"], offsets),
-                                   list(range(n_parts)), meta=_EMPTY_KEYS,
-                                   enforce_metadata=False, label="gpupipe-lsh-keys")
+                keys = from_partitions(BandEdges(sig_dir, group, cfg["rows"], offsets), n_parts,
+                                       _EMPTY_KEYS, "gpupipe-lsh-keys")
                 buckets = keys.shuffle(on=["band", "key"], npartitions=max(1, n_parts))
                 found = client.compute(buckets.map_partitions(star_edges,
                                                               meta=_EMPTY_EDGES)).result()
@@ -261,8 +260,7 @@ class FuzzyDedup(GlobalStage):
         reader = DropLosers(src, losers_dir, os.path.join(ctx.output_dir, "dedup",
                                                           "duplicates.parquet"), label,
                             audit_cols=("component", "jaccard"))
-        return dd.from_map(reader, list(range(n_parts)), meta=src.meta(), enforce_metadata=False,
-                           label="gpupipe-fuzzy-drop")
+        return from_partitions(reader, n_parts, src.meta(), "gpupipe-fuzzy-drop")
 
     def _losers(self, pairs, sigs, offsets):
         """One kept document per connected component of the candidate graph; the others.
