@@ -269,10 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging(args.verbose)
     try:
         return args.func(args)
-    except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    except GpupipeError as e:
+    except GpupipeError as e:  # SpecError exits 2, the others 1 (exit_code per class)
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
