@@ -105,11 +105,10 @@ def cmd_stages(args) -> int:
 def _default(f):
     import dataclasses
 
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return "<required>"
+    from gpupipe.stages.base import field_default
+
+    value = field_default(f)
+    return "<required>" if value is dataclasses.MISSING else value
 
 
 def _type_name(prop: dict) -> str:

@@ -219,6 +219,15 @@ class PipelineSpec(BaseModel):
                 self.output.shards = ShardSpec()
         elif self.output.shards is not None:
             raise ValueError("output.shards needs a tokenize stage at the end of the pipeline")
+        added: dict[str, int] = {}
+        for i, st in enumerate(self.stages):
+            for col in st.added_columns():
+                if col in added:
+                    raise ValueError(
+                        f"stages[{i}] ({st.stage_name}) adds column {col!r}, which "
+                        f"stages[{added[col]}] already adds; use one of them, or "
+                        f"mode: drop for one of the filters")
+                added[col] = i
         return self
 
     def tokenizer_stage(self):

@@ -14,7 +14,7 @@ import time
 from gpupipe.errors import GpupipeError, OutputError, StageError
 from gpupipe.io.parquet import ParquetSource
 from gpupipe.io.writer import write_json
-from gpupipe.runner.plan import Segment, fingerprints, plan
+from gpupipe.runner.plan import Segment, fingerprints, plan, rejected_directory
 from gpupipe.runner.progress import make_progress
 from gpupipe.runner.stats import format_table, merge_read, merge_stages
 from gpupipe.runner.tasks import (
@@ -264,12 +264,17 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
             if state is not None:
                 log.info("%s: pipeline or input changed since the last run; recomputing", seg.name)
             stale = [seg.work_directory(out)] if upstream_changed else []
-            _reset(directory, stats_dir, *stale, *([rejected_dir] if seg.reads_input else []))
+            kept = [rejected_directory(out, pipeline.stages, p) for p in seg.positions]
+            _reset(directory, stats_dir, *stale, *kept, *([rejected_dir] if seg.reads_input else []))
             state = None
         t0 = time.perf_counter()
         if seg.kind == "row":
+            filter_rejected = {p: rejected_directory(out, pipeline.stages, p)
+                               for p, st in zip(seg.positions, seg.stages)
+                               if getattr(st, "keep_rejected", False)}
             reports, computed = _run_row_segment(client, seg, fp, source, directory, stats_dir,
-                                                 rejected_dir if seg.reads_input else None, bar)
+                                                 rejected_dir if seg.reads_input else None, bar,
+                                                 filter_rejected)
             stage_stats.extend(merge_stages(reports, list(seg.stages), seg.positions))
             if seg.reads_input:
                 read_reports = reports
@@ -403,7 +408,8 @@ def _shard_summary(shards_dir, manifest, *, computed: bool, seconds: float) -> d
             "data_args": os.path.join(shards_dir, "data_args.txt")}
 
 
-def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir, bar):
+def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir, bar,
+                     filter_rejected=None):
     n = source.npartitions
     os.makedirs(directory, exist_ok=True)
     write_json({"fingerprint": fp, "kind": "row", "partitions": n},
@@ -421,7 +427,7 @@ def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir
         stages = list(zip(seg.positions, seg.stages))
         futures = client.map(run_row_partition, todo, source=source, stages=stages,
                              out_dir=directory, stats_dir=stats_dir, rejected_dir=rejected_dir,
-                             key=[f"gpupipe-{seg.name}-{fp}-{i}" for i in todo], pure=False)
+                             filter_rejected=filter_rejected, key=[f"gpupipe-{seg.name}-{fp}-{i}" for i in todo], pure=False)
         reports.extend(_wait(futures, bar, seg.name))
     reports.sort(key=lambda r: r["partition"])
     return reports, len(todo)

@@ -40,6 +40,15 @@ class Segment:
         return os.path.join(output, "stats", self.name)
 
 
+def rejected_directory(output: str, stages: list[Stage], position: int) -> str:
+    """Where the rows a filter drops are kept: ``rejected/<stage>/`` (``<stage>-<position>``
+    when the pipeline uses the same stage more than once)."""
+    name = stages[position].stage_name
+    if sum(st.stage_name == name for st in stages) > 1:
+        name = f"{name}-{position}"
+    return os.path.join(output, "rejected", name)
+
+
 def plan(stages: list[Stage]) -> list[Segment]:
     """Row-local stages between global stages fuse into one segment; each global stage is one.
 

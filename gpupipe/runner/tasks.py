@@ -18,8 +18,11 @@ def marker_path(directory: str, i: int) -> str:
     return os.path.join(directory, "_done", part_name(i))
 
 
-def run_stages(df, stages, where: str):
-    """Apply row-local stages in order; per-stage stats. Errors name the stage and partition."""
+def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = None):
+    """Apply row-local stages in order; per-stage stats. Errors name the stage and partition.
+
+    ``rejected_files``: stage position -> Parquet file for the rows that stage drops (filters
+    with ``keep_rejected``)."""
     stats = []
     nbytes = utf8_bytes(df[TEXT])
     for pos, st in stages:
@@ -33,6 +36,8 @@ def run_stages(df, stages, where: str):
             raise StageError(
                 f"stage {st.stage_name!r} (stages[{pos}]) failed on {where}: "
                 f"{type(e).__name__}: {e}") from e
+        if result.rejected is not None and rejected_files and pos in rejected_files:
+            write_parquet(to_arrow(result.rejected), rejected_files[pos])
         df = result.frame
         nbytes = utf8_bytes(df[TEXT])
         stats.append({
@@ -50,7 +55,8 @@ def run_stages(df, stages, where: str):
 
 
 def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
-                      rejected_dir: str | None) -> dict:
+                      rejected_dir: str | None, filter_rejected: dict[int, str] | None = None
+                      ) -> dict:
     """Read partition ``i``, run the fused stages, write the result, then the stats and marker."""
     t0 = time.perf_counter()
     where = f"partition {i} ({source.describe(i)})"
@@ -61,7 +67,9 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
                           "seconds": time.perf_counter() - t0}
         if result.rejected is not None:
             write_parquet(result.rejected, os.path.join(rejected_dir, part_name(i) + ".parquet"))
-    df, report["stages"] = run_stages(result.frame, stages, where)
+    files = {pos: os.path.join(d, part_name(i) + ".parquet")
+             for pos, d in (filter_rejected or {}).items()}
+    df, report["stages"] = run_stages(result.frame, stages, where, files)
     write_parquet(to_arrow(df), os.path.join(out_dir, part_name(i) + ".parquet"))
     report["docs_out"] = len(df)
     report["bytes_out"] = utf8_bytes(df[TEXT])

@@ -48,11 +48,28 @@ def stage(name: str):
     return wrap
 
 
+def field_default(f: dataclasses.Field):
+    """A parameter's default value (``dataclasses.MISSING`` when required), also when the field
+    is declared with pydantic's ``Field(...)``."""
+    from pydantic.fields import FieldInfo
+
+    default, factory = f.default, f.default_factory
+    if isinstance(default, FieldInfo):
+        if default.default_factory is not None:
+            return default.default_factory()
+        return dataclasses.MISSING if default.is_required() else default.default
+    if default is not dataclasses.MISSING:
+        return default
+    return factory() if factory is not dataclasses.MISSING else dataclasses.MISSING
+
+
 @dataclasses.dataclass(frozen=True)
 class StageResult:
     frame: pd.DataFrame
     drops: dict[str, int] = dataclasses.field(default_factory=dict)
     counters: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: the dropped rows with a ``reason`` column (filters with ``keep_rejected: true``)
+    rejected: pd.DataFrame | None = None
 
 
 class Stage:
@@ -77,14 +94,16 @@ class Stage:
         changed = []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            default = f.default if f.default is not dataclasses.MISSING else None
+            default = field_default(f)
+            default = None if default is dataclasses.MISSING else default
             if value != default:
                 changed.append(f"{f.name}={value!r}")
         return f"{self.stage_name}({', '.join(changed)})"
 
     @classmethod
     def summary(cls) -> str:
-        return (cls.__doc__ or "").strip().split("\n")[0]
+        """The first paragraph of the docstring, on one line."""
+        return " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
 
     def added_columns(self) -> dict[str, str]:
         """Columns this stage adds, name -> dtype (used to build Dask ``meta``)."""
@@ -109,22 +128,69 @@ class Transform(RowStage):
         return out if isinstance(out, StageResult) else StageResult(out)
 
 
-class Filter(RowStage):
-    """A row-local stage that keeps or drops rows, with a reason code for every drop."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FilterOptions:
+    """Parameters every filter has (inherited by the validated dataclass of each filter)."""
+
+    #: ``drop`` removes failing rows; ``annotate`` keeps every row and adds ``<stage>_reason``
+    mode: Literal["drop", "annotate"] = "drop"
+    #: write dropped rows with their reason to ``<output>/rejected/<stage>/``
+    keep_rejected: bool = False
+
+
+class Filter(FilterOptions, RowStage):
+    """A row-local stage that keeps or drops rows, with a reason code for every drop.
+
+    Subclasses implement `reason_codes` (or `evaluate` when they also rewrite the text of the rows
+    they keep). With ``mode: annotate`` nothing is dropped: a string column ``<stage>_reason``
+    holds the reason a row would have been dropped for (null when it would be kept) and the
+    stage's counters count ``flagged:<reason>``.
+    """
 
     def reason_codes(self, df: pd.DataFrame) -> np.ndarray:
         """Per row: 0 to keep, ``k`` to drop for ``self.reasons[k - 1]``."""
         raise NotImplementedError
 
+    def evaluate(self, df: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, dict[str, int]]:
+        """(reason codes, the frame with kept rows rewritten if the filter rewrites, counters)."""
+        return np.asarray(self.reason_codes(df)), df, {}
+
+    @property
+    def reason_column(self) -> str:
+        return f"{self.stage_name}_reason"
+
+    def added_columns(self) -> dict[str, str]:
+        return {self.reason_column: "string"} if self.mode == "annotate" else {}
+
+    def reason_labels(self, codes: np.ndarray) -> pd.Series:
+        """Reason names for codes (null for 0), as an Arrow-backed string column."""
+        import pyarrow as pa
+
+        from gpupipe.frame import string_series
+
+        labels = pa.array([None, *self.reasons], type=pa.large_string())
+        return string_series(labels.take(pa.array(codes.astype(np.int32))),
+                             pd.RangeIndex(len(codes)))
+
     def process(self, df: pd.DataFrame) -> StageResult:
-        codes = np.asarray(self.reason_codes(df))
+        codes, df, counters = self.evaluate(df)
+        codes = np.asarray(codes)
         if len(codes) != len(df):
             raise ValueError(f"{self.stage_name}: {len(codes)} reason codes for {len(df)} rows")
         counts = np.bincount(codes, minlength=len(self.reasons) + 1)
-        drops = {r: int(counts[k]) for k, r in enumerate(self.reasons, 1) if counts[k]}
-        if not drops:
-            return StageResult(df)
-        return StageResult(df[codes == 0].reset_index(drop=True), drops)
+        flagged = {r: int(counts[k]) for k, r in enumerate(self.reasons, 1) if counts[k]}
+        if self.mode == "annotate":
+            labels = self.reason_labels(codes).set_axis(df.index)
+            counters = {**counters, **{f"flagged:{r}": n for r, n in flagged.items()}}
+            return StageResult(df.assign(**{self.reason_column: labels}), {}, counters)
+        if not flagged:
+            return StageResult(df, {}, counters)
+        drop = codes != 0
+        rejected = None
+        if self.keep_rejected:
+            rejected = df[drop].reset_index(drop=True)
+            rejected = rejected.assign(reason=self.reason_labels(codes[drop]))
+        return StageResult(df[~drop].reset_index(drop=True), flagged, counters, rejected)
 
 
 def first_failure(checks: list[np.ndarray | None], n: int) -> np.ndarray:

@@ -65,7 +65,8 @@ def test_output_and_stats_match_a_plain_python_reference(client, tmp_path, sampl
     on_disk = json.loads((tmp_path / "o" / "run.json").read_text())
     assert on_disk["stages"] == json.loads(json.dumps(s["stages"]))
     assert on_disk["versions"]["dask"] == "2026.7.1"
-    assert on_disk["pipeline"]["stages"][1] == {"stage": "length_filter", "min_chars": None,
+    assert on_disk["pipeline"]["stages"][1] == {"stage": "length_filter", "mode": "drop",
+                                                "keep_rejected": False, "min_chars": None,
                                                 "max_chars": None, "min_words": 30,
                                                 "max_words": None}
     assert len(os.listdir(tmp_path / "o" / "stats" / "00-length_filter")) == 5
