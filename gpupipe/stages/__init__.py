@@ -8,16 +8,35 @@
 from gpupipe.stages.base import Filter, GlobalStage, RowStage, Stage, StageResult, Transform, stage
 from gpupipe.stages.dedup.exact import ExactDedup
 from gpupipe.stages.dedup.fuzzy import FuzzyDedup
+from gpupipe.stages.filters.language import LanguageId
 from gpupipe.stages.filters.length_filter import LengthFilter
+from gpupipe.stages.filters.quality import (
+    C4Quality,
+    FineWebQuality,
+    GopherQuality,
+    GopherRepetition,
+)
+from gpupipe.stages.filters.simple import RegexFilter, Sample, SymbolRatioFilter, WordCountFilter
 from gpupipe.stages.layout.repartition import Repartition
 from gpupipe.stages.transforms.normalize_text import NormalizeText
+from gpupipe.stages.transforms.pii import PiiRedact
 from gpupipe.stages.transforms.tokenize import Tokenize
 
 __all__ = [
+    "LanguageId",
+    "PiiRedact",
+    "RegexFilter",
+    "Sample",
+    "SymbolRatioFilter",
+    "WordCountFilter",
+    "C4Quality",
     "ExactDedup",
     "FuzzyDedup",
     "Filter",
+    "FineWebQuality",
     "GlobalStage",
+    "GopherQuality",
+    "GopherRepetition",
     "LengthFilter",
     "NormalizeText",
     "Repartition",
