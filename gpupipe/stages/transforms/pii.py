@@ -145,6 +145,13 @@ ENTITIES: dict[str, tuple[str, Callable[[re.Match, str], bool]]] = {
              r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\b", _ipv4),
 }
 
+#: where a kind's pattern is loose (it must find compressed forms), a stricter scan that every
+#: redacted match still satisfies picks the candidate documents
+CANDIDATES = {
+    # two groups with digits around a colon pair: 2001:db8:..., fe80::1, ...:ab:cd
+    "ipv6": r"[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{1,4}|[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{1,4}::",
+}
+
 DEFAULT_TOKENS = {
     "private_key": "<PRIVATE_KEY>", "secret_key": "<SECRET_KEY>", "email": "<EMAIL>",
     "iban": "<IBAN>", "credit_card": "<CREDIT_CARD>", "us_ssn": "<US_SSN>", "phone": "<PHONE>",
@@ -196,17 +203,19 @@ class PiiRedact(Transform):
 
         arr = text_array(df[TEXT])
         kinds = [k for k in ENTITIES if k in self.entities]
-        candidate = np.zeros(len(arr), dtype=bool)
-        for kind in kinds:
-            hit = pc.match_substring_regex(arr, ENTITIES[kind][0]).fill_null(False)
-            candidate |= hit.to_numpy(zero_copy_only=False)
+        hits = np.zeros((len(kinds), len(arr)), dtype=bool)
+        for j, kind in enumerate(kinds):
+            pattern = CANDIDATES.get(kind, ENTITIES[kind][0])
+            hits[j] = pc.match_substring_regex(arr, pattern).fill_null(False).to_numpy(
+                zero_copy_only=False)
         counts: dict[str, int] = {}
-        rows = np.flatnonzero(candidate)
+        rows = np.flatnonzero(hits.any(axis=0))
         documents = 0
         if len(rows):
             texts = arr.take(pa.array(rows)).to_pylist()
             tokens = self.replacements
-            new = [redact(t, kinds, tokens, counts) for t in texts]
+            new = [redact(t, [k for j, k in enumerate(kinds) if hits[j, r]], tokens, counts)
+                   for t, r in zip(texts, rows)]
             documents = sum(a != b for a, b in zip(texts, new))
             changed = np.zeros(len(arr), dtype=np.int64)
             changed[rows] = np.arange(1, len(rows) + 1)
