@@ -1,7 +1,8 @@
 """language_id: ISO 639-1 language and confidence per document, optionally keeping some languages.
 
-The default model is py3langid's (langid.py, 97 languages, shipped inside the pip package: no
-download). Its byte n-gram automaton and naive-Bayes scoring run here as one compiled pass over
+The default model is py3langid's (140 labels, shipped inside the pip package: no download):
+ISO 639-1 codes, ISO 639-3 for the languages without one (``yue``, ``pcm``, ...) and ``zxx`` for
+text without linguistic content (markup, numbers). Its byte n-gram automaton and naive-Bayes scoring run here as one compiled pass over
 the partition's UTF-8 buffer, giving the same labels and probabilities as
 ``py3langid.langid.LanguageIdentifier(norm_probs=True).classify`` (tested) many times faster.
 A fastText model file (e.g. lid.176.bin, GlotLID) can be used instead with ``fasttext_model``.
@@ -152,7 +153,8 @@ class LanguageId(Filter):
     """Add ``language`` (ISO 639-1 code) and ``language_score`` (probability); optionally drop
     documents not in ``keep`` or scoring below ``min_score``.
 
-    Model: py3langid's bundled langid.py model (97 languages, offline), or a fastText model
+    Model: py3langid's bundled model (140 labels: ISO 639-1, ISO 639-3 where a language has no
+    two-letter code, ``zxx`` for no linguistic content; offline), or a fastText model
     file given as ``fasttext_model`` (its labels are used as they are, e.g. ``en`` for lid.176,
     ``eng_Latn`` for GlotLID).
     """
