@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_quickstart.py
 	$(BIN)/python benchmarks/bench_shards.py
 	$(BIN)/python benchmarks/bench_dedup.py
+	$(BIN)/python benchmarks/bench_filters.py
 
 data: $(STAMP)
 	$(BIN)/python data/make_sample.py
