@@ -59,3 +59,100 @@ def resolve_backend(requested: str) -> BackendChoice:
         return BackendChoice("pandas", "auto: GPU found, but cuDF execution is not available "
                                        "in this gpupipe version; using pandas")
     return BackendChoice("pandas", f"auto: no usable GPU ({why})")
+
+
+# --------------------------------------------------------------------------- GPU clusters
+
+UCX_INSTALL = "pip install 'gpupipe[gpu]' (distributed-ucxx-cu12 provides protocol: ucx)"
+
+
+def device_memory_bytes() -> int | None:
+    """Total memory of the first visible GPU (NVML), or None when there is none."""
+    try:
+        import pynvml  # noqa: PLC0415  (nvidia-ml-py, a dask-cuda dependency)
+
+        pynvml.nvmlInit()
+        try:
+            if pynvml.nvmlDeviceGetCount() == 0:
+                return None
+            return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML library, no driver, no device
+        return None
+
+
+def local_cuda_cluster(**kwargs):
+    """A `dask_cuda.LocalCUDACluster`, or a `ClusterError` saying what is missing."""
+    from gpupipe.errors import ClusterError
+
+    if importlib.util.find_spec("dask_cuda") is None:
+        raise ClusterError(f"cluster.kind: cuda needs dask-cuda, which is not installed: "
+                           f"{GPU_INSTALL}; or use cluster.kind: local (CPU)")
+    if kwargs.get("protocol") == "ucx" and importlib.util.find_spec("distributed_ucxx") is None:
+        raise ClusterError(f"cluster.protocol: ucx needs the UCX communication backend "
+                           f"(distributed-ucxx), which is not installed: {UCX_INSTALL}; "
+                           f"or set protocol: tcp")
+    if device_memory_bytes() is None:
+        raise ClusterError("cluster.kind: cuda, but no NVIDIA GPU is visible here (NVML found "
+                           "no device; check `nvidia-smi`, CUDA_VISIBLE_DEVICES and, in a "
+                           "container, --gpus all); or use cluster.kind: local")
+    from dask_cuda import LocalCUDACluster  # noqa: PLC0415
+
+    try:
+        return LocalCUDACluster(**kwargs)
+    except Exception as e:
+        raise ClusterError(f"cannot start a LocalCUDACluster: {type(e).__name__}: {e}") from e
+
+
+def apply_kvikio_settings(env: dict[str, str]) -> dict[str, str]:
+    """Run on a worker: export KVIKIO_* settings (read when KvikIO starts) and, if KvikIO is
+    already loaded in this process, apply them to it too. Returns what the worker now has."""
+    import os
+    import sys
+
+    os.environ.update(env)
+    kvikio = sys.modules.get("kvikio")
+    if kvikio is not None and env:
+        names = {"KVIKIO_COMPAT_MODE": "compat_mode", "KVIKIO_NTHREADS": "num_threads",
+                 "KVIKIO_TASK_SIZE": "task_size"}
+        values = {}
+        for key, value in env.items():
+            name = names[key]
+            values[name] = value if name == "compat_mode" else int(value)
+        try:
+            kvikio.defaults.set(values)
+        except Exception as e:  # an older KvikIO: the variables apply to new processes only
+            log.warning("KvikIO is already loaded and did not accept %s (%s); the settings "
+                        "apply to worker processes started from now on", values, e)
+    return {k: os.environ[k] for k in env}
+
+
+# --------------------------------------------------------------------------- GPU reads (io-bench)
+
+def kvikio_read_files(paths: list[str]) -> int:
+    """Read every file into GPU memory with KvikIO; bytes read."""
+    import os
+
+    import cupy  # noqa: PLC0415
+    import kvikio  # noqa: PLC0415
+
+    total = 0
+    for p in paths:
+        buf = cupy.empty(os.path.getsize(p), dtype=cupy.uint8)
+        with kvikio.CuFile(p, "r") as f:
+            total += f.read(buf)
+    return total
+
+
+def cudf_read_parquet_files(paths: list[str]) -> int:
+    """Decode every Parquet file with cuDF; bytes of the files."""
+    import os
+
+    import cudf  # noqa: PLC0415
+
+    total = 0
+    for p in paths:
+        cudf.read_parquet(p)
+        total += os.path.getsize(p)
+    return total

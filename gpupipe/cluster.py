@@ -28,12 +28,56 @@ def default_workers() -> int:
     return max(1, CPU_COUNT)
 
 
+def cuda_cluster_kwargs(spec, *, workers: int | None = None,
+                        env: dict[str, str] | None = None) -> dict:
+    """`dask_cuda.LocalCUDACluster` arguments for a ``cluster: {kind: cuda}`` spec."""
+    kwargs = {
+        "protocol": spec.protocol,
+        "threads_per_worker": spec.threads_per_worker,
+        "memory_limit": spec.memory_limit,
+        "dashboard_address": ":0",
+        "rmm_async": spec.rmm_async,
+        "enable_cudf_spill": spec.enable_cudf_spill,
+        "env": dict(env or {}),
+    }
+    if spec.visible_devices() is not None:
+        kwargs["CUDA_VISIBLE_DEVICES"] = spec.visible_devices()
+    if spec.interface is not None:
+        kwargs["interface"] = spec.interface
+    if spec.protocol == "ucx":
+        kwargs.update(enable_infiniband=spec.enable_infiniband, enable_nvlink=spec.enable_nvlink,
+                      enable_rdmacm=spec.enable_rdmacm)
+    if spec.rmm_pool_size is not None:
+        kwargs["rmm_pool_size"] = spec.rmm_pool_size
+    if spec.device_memory_limit is not None:
+        kwargs["device_memory_limit"] = spec.device_memory_limit
+    if workers is not None:
+        kwargs["n_workers"] = workers
+    return kwargs
+
+
 @contextlib.contextmanager
-def connect(spec, *, workers: int | None = None) -> Iterator:
-    """Yield a `distributed.Client` for a cluster spec; an embedded cluster is closed after."""
+def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = None) -> Iterator:
+    """Yield a `distributed.Client` for a cluster spec; an embedded cluster is closed after.
+
+    ``env``: extra environment for the workers (set at start for embedded clusters, applied
+    with `Client.run` on an existing cluster)."""
     from distributed import Client, LocalCluster
 
     kind = spec.kind
+    env = dict(env or {})
+    if kind == "cuda":
+        from gpupipe.backend import local_cuda_cluster
+
+        kwargs = cuda_cluster_kwargs(spec, workers=workers,
+                                     env={**worker_env(spec.threads_per_worker), **env})
+        log.info("starting a local CUDA cluster (%s, protocol %s)",
+                 f"GPUs {kwargs['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in kwargs
+                 else "all GPUs", spec.protocol)
+        cluster = local_cuda_cluster(**kwargs)
+        with cluster, Client(cluster) as client:
+            yield client
+        return
     if kind == "local":
         n = workers or spec.workers or default_workers()
         log.info("starting a local Dask cluster: %d worker(s) x %d thread(s)", n,
@@ -45,7 +89,7 @@ def connect(spec, *, workers: int | None = None) -> Iterator:
                 processes=True,
                 memory_limit=spec.memory_limit,
                 dashboard_address=":0",
-                env=worker_env(spec.threads_per_worker),
+                env={**worker_env(spec.threads_per_worker), **env},
                 # task failures are re-raised here with file/stage context; the workers' own
                 # "Compute Failed" tracebacks would only repeat them (shown with -v)
                 silence_logs=logging.WARNING if log.isEnabledFor(logging.DEBUG)
@@ -78,14 +122,22 @@ def connect(spec, *, workers: int | None = None) -> Iterator:
             f"and reachable from here?") from e
     with client:
         n = len(client.scheduler_info().get("workers", {}))
+        want = getattr(spec, "min_workers", 1)
         log.info("attached to Dask scheduler %s (%d worker(s))", where, n)
-        if n == 0:
-            log.info("waiting for at least one worker to join ...")
+        if n < want:
+            log.info("waiting for %d worker(s) to join ...", want)
             try:
-                client.wait_for_workers(1, timeout=spec.timeout)
+                client.wait_for_workers(want, timeout=spec.timeout)
             except TimeoutError as e:
-                raise ClusterError(f"the scheduler at {where} has no workers after "
-                                   f"{spec.timeout:.0f}s — start `dask worker` processes") from e
+                have = len(client.scheduler_info().get("workers", {}))
+                raise ClusterError(
+                    f"the scheduler at {where} has {have} of the {want} worker(s) needed after "
+                    f"{spec.timeout:.0f}s — start `dask worker` / `dask cuda worker` "
+                    f"processes (cluster.min_workers, cluster.timeout)") from e
+        if env:
+            from gpupipe.backend import apply_kvikio_settings
+
+            client.run(apply_kvikio_settings, env)
         yield client
 
 

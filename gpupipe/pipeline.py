@@ -47,12 +47,16 @@ class Pipeline(PipelineSpec):
         """Stages in order, how they fuse into tasks, global boundaries and the backend."""
         from gpupipe.backend import resolve_backend
         from gpupipe.errors import GpupipeError
+        from gpupipe.runner.plan import stage_backends
 
         try:
             backend = resolve_backend(self.backend)
             backend_line = f"{backend.name}  ({backend.reason})"
+            run_backend = backend.name
         except GpupipeError as e:
             backend_line = f"unavailable: {e}"
+            run_backend = "pandas"
+        per_stage = dict(zip(map(id, self.stages), stage_backends(self.stages, run_backend)))
         inp = self.input
         lines = [
             f"pipeline {self.name!r}",
@@ -62,6 +66,8 @@ class Pipeline(PipelineSpec):
             f"  backend  {backend_line}",
             f"  cluster  {_cluster_line(self.cluster)}",
             f"  output   {self.output.path}",
+            *([f"  io       KvikIO on every worker: {self.io.kvikio.env()} (GPU I/O; the "
+               f"pandas path reads and writes with pyarrow)"] if self.io.kvikio.env() else []),
             "",
             "plan (each segment materialises its result; row-local stages in a segment run fused "
             "in one task per partition):",
@@ -76,6 +82,10 @@ class Pipeline(PipelineSpec):
                 lines.append(f"  [{seg.index}] global (Dask shuffle/boundary): "
                              f"{seg.stages[0].describe()}")
             for st in seg.stages:
+                on, converted = per_stage[id(st)]
+                if converted:
+                    lines.append(f"        {st.stage_name} runs on {on}: no native {run_backend} "
+                                 f"path, partitions are converted before it")
                 if st.reasons:
                     lines.append(f"        {st.stage_name} drop reasons: {', '.join(st.reasons)}")
             lines.append(f"        └─ writes {where}/")
@@ -115,6 +125,14 @@ def _cluster_line(c) -> str:
 
         n = c.workers or default_workers()
         return f"local Dask cluster, {n} worker(s) x {c.threads_per_worker} thread(s)"
+    if c.kind == "cuda":
+        gpus = f"GPUs {c.visible_devices()}" if c.devices is not None else "one worker per GPU"
+        extras = [f"protocol {c.protocol}"] + [f"interface {c.interface}"] * bool(c.interface)
+        extras += [k for k in ("enable_infiniband", "enable_nvlink", "enable_rdmacm", "rmm_async",
+                               "enable_cudf_spill") if getattr(c, k)]
+        if c.rmm_pool_size is not None:
+            extras.append(f"rmm_pool_size {c.rmm_pool_size}")
+        return f"local CUDA cluster (dask-cuda), {gpus}; {', '.join(extras)}"
     if c.kind == "address":
         return f"existing scheduler at {c.address}"
     return f"existing scheduler via scheduler file {c.path}"

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ByteSize,
     ConfigDict,
     Discriminator,
@@ -75,6 +76,88 @@ class LocalClusterSpec(BaseModel):
     memory_limit: str = Field("auto", description="per worker, e.g. '4GB'; 'auto' splits RAM")
 
 
+def _memory_size(value: Any) -> int | float:
+    """Bytes ('24GB', 25769803776) or a fraction of the device's memory (0 < x <= 1)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as '24GB' or a fraction such as 0.8")
+    if isinstance(value, (int, float)):
+        if 0 < value <= 1:
+            return float(value)
+        if value > 1 and float(value).is_integer():
+            return int(value)
+        raise ValueError(f"expected bytes (> 1) or a fraction in (0, 1] (got {value!r})")
+    if isinstance(value, str):
+        try:
+            return _memory_size(float(value))
+        except ValueError:
+            pass
+        from pydantic import TypeAdapter
+
+        try:
+            return int(TypeAdapter(ByteSize).validate_python(value))
+        except ValidationError:
+            raise ValueError(f"expected a size such as '24GB' or a fraction such as 0.8 "
+                             f"(got {value!r})") from None
+    raise ValueError(f"expected a size such as '24GB' or a fraction such as 0.8 (got {value!r})")
+
+
+MemorySize = Annotated[int | float, BeforeValidator(_memory_size),
+                       WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}]})]
+
+
+class CudaClusterSpec(BaseModel):
+    """A `dask_cuda.LocalCUDACluster`: one worker per GPU of this machine (needs ``.[gpu]``)."""
+
+    model_config = _STRICT
+    kind: Literal["cuda"]
+    devices: str | list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, description="GPUs to use (CUDA_VISIBLE_DEVICES), e.g. '0,1' or [0, 1]; "
+                          "default: all")
+    protocol: Literal["tcp", "ucx"] = Field(
+        "tcp", description="ucx: UCX transport (NVLink / InfiniBand); needs distributed-ucxx")
+    interface: str | None = Field(None, description="network interface, e.g. ib0")
+    enable_infiniband: bool = Field(False, description="UCX over InfiniBand (protocol: ucx)")
+    enable_nvlink: bool = Field(False, description="UCX over NVLink (protocol: ucx)")
+    enable_rdmacm: bool = Field(False, description="RDMA connection manager (protocol: ucx)")
+    rmm_pool_size: MemorySize | None = Field(
+        None, description="RMM memory pool per GPU: bytes ('24GB') or a fraction of the "
+                          "device memory (0.8); null: no pool")
+    rmm_async: bool = Field(False, description="use CUDA's async allocator (cudaMallocAsync)")
+    enable_cudf_spill: bool = Field(
+        True, description="let cuDF spill device buffers to host memory instead of failing "
+                          "with out-of-memory")
+    device_memory_limit: MemorySize | None = Field(
+        None, description="per GPU, where Dask starts spilling (bytes or fraction); "
+                          "null: dask-cuda's default")
+    threads_per_worker: Annotated[int, Field(ge=1)] = 1
+    memory_limit: str = Field("auto", description="host memory per worker")
+    partition_fraction: Annotated[float, Field(gt=0, le=0.5)] = Field(
+        1 / 32, description="default input.blocksize as a fraction of one GPU's memory")
+
+    @model_validator(mode="after")
+    def _check(self):
+        ucx_only = [k for k in ("enable_infiniband", "enable_nvlink", "enable_rdmacm")
+                    if getattr(self, k)]
+        if ucx_only and self.protocol != "ucx":
+            raise ValueError(f"{', '.join(ucx_only)} {'need' if len(ucx_only) > 1 else 'needs'} "
+                             f"protocol: ucx")
+        if self.enable_rdmacm and not self.enable_infiniband:
+            raise ValueError("enable_rdmacm needs enable_infiniband")
+        if isinstance(self.devices, str):
+            parts = [p.strip() for p in self.devices.split(",")]
+            if not all(p.isdigit() or p.startswith(("GPU-", "MIG-")) for p in parts):
+                raise ValueError(f"devices: {self.devices!r} is not a list of GPU indices or "
+                                 f"UUIDs such as '0,1'")
+        return self
+
+    def visible_devices(self) -> str | None:
+        if self.devices is None:
+            return None
+        if isinstance(self.devices, str):
+            return ",".join(p.strip() for p in self.devices.split(","))
+        return ",".join(str(d) for d in self.devices)
+
+
 class AddressClusterSpec(BaseModel):
     """Attach to a running Dask scheduler by address."""
 
@@ -82,6 +165,8 @@ class AddressClusterSpec(BaseModel):
     kind: Literal["address"]
     address: str = Field(description="e.g. tcp://10.0.0.1:8786")
     timeout: Annotated[float, Field(gt=0)] = 30.0
+    min_workers: Annotated[int, Field(ge=1)] = Field(
+        1, description="wait (up to timeout) until this many workers have joined")
 
 
 class SchedulerFileClusterSpec(BaseModel):
@@ -91,6 +176,38 @@ class SchedulerFileClusterSpec(BaseModel):
     kind: Literal["scheduler_file"]
     path: str = Field(description="the file `dask scheduler --scheduler-file` wrote")
     timeout: Annotated[float, Field(gt=0)] = 30.0
+    min_workers: Annotated[int, Field(ge=1)] = Field(
+        1, description="wait (up to timeout) until this many workers have joined")
+
+
+class KvikioSpec(BaseModel):
+    """KvikIO settings applied on every worker (GPU reads and writes; inert on the CPU path)."""
+
+    model_config = _STRICT
+    compat_mode: Literal["auto", "on", "off"] | None = Field(
+        None, description="on: POSIX I/O through host memory; off: GPUDirect Storage (cuFile) "
+                          "only; auto: GDS when available")
+    nthreads: Annotated[int | None, Field(ge=1)] = Field(
+        None, description="threads of KvikIO's pool (parallel reads of one file)")
+    task_size: ByteSize | None = Field(None, description="bytes per parallel read task")
+
+    def env(self) -> dict[str, str]:
+        """The KVIKIO_* environment variables KvikIO reads at start-up."""
+        out = {}
+        if self.compat_mode is not None:
+            out["KVIKIO_COMPAT_MODE"] = self.compat_mode.upper()
+        if self.nthreads is not None:
+            out["KVIKIO_NTHREADS"] = str(self.nthreads)
+        if self.task_size is not None:
+            out["KVIKIO_TASK_SIZE"] = str(int(self.task_size))
+        return out
+
+
+class IoSpec(BaseModel):
+    """I/O settings."""
+
+    model_config = _STRICT
+    kvikio: KvikioSpec = Field(default_factory=KvikioSpec)
 
 
 def _cluster_kind(value: Any) -> str | None:
@@ -100,7 +217,9 @@ def _cluster_kind(value: Any) -> str | None:
 
 
 ClusterSpec = Annotated[
-    Annotated[LocalClusterSpec, Tag("local")] | Annotated[AddressClusterSpec, Tag("address")] | Annotated[SchedulerFileClusterSpec, Tag("scheduler_file")],
+    Annotated[LocalClusterSpec, Tag("local")] | Annotated[CudaClusterSpec, Tag("cuda")]
+    | Annotated[AddressClusterSpec, Tag("address")]
+    | Annotated[SchedulerFileClusterSpec, Tag("scheduler_file")],
     Discriminator(_cluster_kind),
 ]
 
@@ -177,6 +296,7 @@ class PipelineSpec(BaseModel):
     stages: list[Annotated[Stage, WithJsonSchema({"type": "object"})]] = Field(
         default_factory=list)
     output: OutputSpec
+    io: IoSpec = Field(default_factory=IoSpec)
     seed: int = 0
 
     def __init__(self, **data: Any):
@@ -237,7 +357,8 @@ class PipelineSpec(BaseModel):
         """The resolved pipeline (every default filled in), as a pipeline file would say it."""
         data = self.model_dump(mode="json", exclude={"stages"})
         data["stages"] = [s.to_dict() for s in self.stages]
-        order = ["version", "name", "input", "backend", "cluster", "stages", "output", "seed"]
+        order = ["version", "name", "input", "backend", "cluster", "stages", "output", "io",
+                 "seed"]
         return {k: data[k] for k in order}
 
 
@@ -389,9 +510,9 @@ def _dotted(loc: tuple) -> str:
     return out
 
 
-_MODEL_OF_FIELD = {"input": InputSpec, "output": OutputSpec}
-_NESTED_MODELS = {("output", "shards"): ShardSpec}
-_CLUSTERS = {"local": LocalClusterSpec, "address": AddressClusterSpec,
+_MODEL_OF_FIELD = {"input": InputSpec, "output": OutputSpec, "io": IoSpec}
+_NESTED_MODELS = {("output", "shards"): ShardSpec, ("io", "kvikio"): KvikioSpec}
+_CLUSTERS = {"local": LocalClusterSpec, "cuda": CudaClusterSpec, "address": AddressClusterSpec,
              "scheduler_file": SchedulerFileClusterSpec}
 
 

@@ -125,7 +125,20 @@ def _input_identity(pipeline, source) -> dict:
     return {"input": spec, "files": files}
 
 
-def make_source(input_spec):
+def effective_blocksize(input_spec, cluster=None, device_memory: int | None = None) -> int | None:
+    """``input.blocksize``; on a CUDA cluster, when not set, a fraction of one GPU's memory
+    (``cluster.partition_fraction``, 1/32 by default: room for a shuffle's copies)."""
+    if getattr(cluster, "kind", None) == "cuda" and "blocksize" not in input_spec.model_fields_set:
+        if device_memory is None:
+            from gpupipe.backend import device_memory_bytes
+
+            device_memory = device_memory_bytes()
+        if device_memory:
+            return int(device_memory * cluster.partition_fraction)
+    return int(input_spec.blocksize) if input_spec.blocksize is not None else None
+
+
+def make_source(input_spec, cluster=None):
     from gpupipe.io.files import common_root, expand_paths
     from gpupipe.io.jsonl import JSONL_SUFFIXES, JsonlSource
     from gpupipe.io.parquet import PARQUET_SUFFIXES
@@ -140,7 +153,7 @@ def make_source(input_spec):
         return ParquetSource(**common)
     from gpupipe.io.jsonl import split_blocks
 
-    blocksize = int(input_spec.blocksize) if input_spec.blocksize is not None else None
+    blocksize = effective_blocksize(input_spec, cluster)
     return JsonlSource(**common, blocks=split_blocks(files, blocksize))
 
 
@@ -187,7 +200,7 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     t_start = time.perf_counter()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     backend = resolve_backend(pipeline.backend)
-    source = make_source(pipeline.input)
+    source = make_source(pipeline.input, pipeline.cluster)
     segments = plan(pipeline.stages)
     vers = versions()
     fps = fingerprints(segments, _input_identity(pipeline, source), vers["gpupipe"])
@@ -207,10 +220,15 @@ def execute(pipeline, *, client=None, workers: int | None = None,
                                                result["output"]["partitions"], bar, vers)
             return result, describe(c)
 
+        env = pipeline.io.kvikio.env()
         if client is not None:
+            if env:
+                from gpupipe.backend import apply_kvikio_settings
+
+                client.run(apply_kvikio_settings, env)
             summary, cluster_info = run_all(client)
         else:
-            with connect(pipeline.cluster, workers=workers) as own:
+            with connect(pipeline.cluster, workers=workers, env=env) as own:
                 summary, cluster_info = run_all(own)
     except BaseException as e:
         bar.close()

@@ -90,3 +90,13 @@ def fingerprints(segments: list[Segment], input_identity: dict, version: str) ->
                             default=str).encode())
         out.append(h.copy().hexdigest()[:16])
     return out
+
+
+def stage_backends(stages: list[Stage], backend: str) -> list[tuple[str, bool]]:
+    """Per stage: (backend it runs on, whether a conversion from ``backend`` is inserted before
+    it). A stage without a native path for the run's backend runs on pandas, converted."""
+    out = []
+    for st in stages:
+        native = backend in st.backends
+        out.append((backend if native else "pandas", not native))
+    return out
