@@ -27,12 +27,17 @@ def cmd_run(args) -> int:
         overrides.append("output.overwrite=true")
     args.set = overrides
     pipeline = _load(args)
+    attach = {"min_workers": args.min_workers} if args.min_workers else {}
+    if args.timeout:
+        attach["timeout"] = args.timeout
     if args.address:
-        pipeline = pipeline.model_copy(update={"cluster": AddressClusterSpec(kind="address",
-                                                                            address=args.address)})
+        pipeline = pipeline.model_copy(update={"cluster": AddressClusterSpec(
+            kind="address", address=args.address, **attach)})
     elif args.scheduler_file:
         pipeline = pipeline.model_copy(update={"cluster": SchedulerFileClusterSpec(
-            kind="scheduler_file", path=args.scheduler_file)})
+            kind="scheduler_file", path=args.scheduler_file, **attach)})
+    elif attach:
+        raise SpecError("--min-workers and --timeout need --address or --scheduler-file")
     result = pipeline.run(workers=args.workers, progress="log" if args.no_progress else None)
     print(result.table())
     acc = result.summary["accounting"]
@@ -192,6 +197,40 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def cmd_slurm(args) -> int:
+    import os
+
+    from gpupipe.slurm import SlurmOptions, render
+
+    pipeline = _load(args)  # a broken pipeline is reported now, not after the job starts
+    opts = SlurmOptions(
+        pipeline=args.pipeline, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+        cpu=args.cpu, cpus_per_node=args.cpus_per_node, workers_per_node=args.workers_per_node,
+        partition=args.partition, time=args.time, account=args.account, job_name=args.job_name,
+        container_image=args.container_image, container_mounts=args.container_mounts,
+        protocol=args.protocol, interface=args.interface, rmm_pool_size=args.rmm_pool_size,
+        workdir=args.workdir, overrides=tuple(args.set or ()), gpupipe=args.gpupipe)
+    script = render(opts, pipeline.name)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(script)
+        os.chmod(args.output, 0o755)
+        print(f"wrote {args.output}; submit with: sbatch {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(script)
+    return 0
+
+
+def cmd_io_bench(args) -> int:
+    from gpupipe.io.files import expand_paths
+    from gpupipe.iobench import format_report, run
+
+    paths = list(expand_paths(args.paths, suffixes=None))
+    report = run(paths, repeat=args.repeat, methods=args.method)
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gpupipe", description="LLM training-data pipelines on "
                                  "pandas or cuDF, distributed with Dask.")
@@ -212,6 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="start over instead of resuming")
     p.add_argument("--address", help="attach to a running Dask scheduler at this address")
     p.add_argument("--scheduler-file", help="attach to a Dask scheduler via its scheduler file")
+    p.add_argument("--min-workers", type=int, metavar="N",
+                   help="with --address/--scheduler-file: wait until N workers have joined")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="with --address/--scheduler-file: how long to wait for the scheduler "
+                        "and the workers (default 30)")
     p.add_argument("--no-progress", action="store_true", help="log lines instead of a live progress bar")
     p.set_defaults(func=cmd_run)
 
@@ -244,6 +288,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", help="tokenizer.json (default: the one in the manifest)")
     p.add_argument("--no-hash", action="store_true", help="skip sha256 checks (faster)")
     p.set_defaults(func=cmd_inspect)
+
+    p = with_pipeline(sub.add_parser(
+        "slurm", help="write an sbatch script: Dask scheduler + workers + the pipeline's driver"))
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus-per-node", type=int, default=1)
+    p.add_argument("--cpu", action="store_true", help="CPU workers (dask worker) instead of GPUs")
+    p.add_argument("--cpus-per-node", type=int, help="--cpu: CPUs to request per node")
+    p.add_argument("--workers-per-node", type=int,
+                   help="--cpu: worker processes per node (default: --cpus-per-node)")
+    p.add_argument("--partition")
+    p.add_argument("--time", help="e.g. 04:00:00")
+    p.add_argument("--account")
+    p.add_argument("--job-name")
+    p.add_argument("--container-image", help="run every step in this image (pyxis/enroot)")
+    p.add_argument("--container-mounts", help="pyxis mounts (default: the submit directory)")
+    p.add_argument("--protocol", choices=["tcp", "ucx"], default="tcp")
+    p.add_argument("--interface", help="network interface, e.g. ib0")
+    p.add_argument("--rmm-pool-size", help="GPU workers: RMM pool per GPU, e.g. 70GB or 0.9")
+    p.add_argument("--workdir", help="shared directory for the scheduler file "
+                   "(default: ./.gpupipe-slurm/$SLURM_JOB_ID)")
+    p.add_argument("--gpupipe", default="gpupipe", help="the gpupipe command on the nodes")
+    p.add_argument("-o", "--output", help="write the script here (default: print it)")
+    p.set_defaults(func=cmd_slurm)
+
+    p = sub.add_parser("io-bench", help="read throughput of files: posix, pyarrow, KvikIO/cuDF")
+    p.add_argument("paths", nargs="+", help="files, directories or globs")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--method", action="append", help="only this method (repeatable): posix, "
+                   "pyarrow, pyarrow_parquet, kvikio, cudf_parquet")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_io_bench)
 
     p = sub.add_parser("schema", help="print the JSON Schema of pipeline files")
     p.set_defaults(func=cmd_schema)

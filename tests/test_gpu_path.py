@@ -1,0 +1,288 @@
+"""The GPU path, as far as it can be checked without a GPU: cuda cluster specs and their errors,
+KvikIO settings on workers, partition sizing, `gpupipe slurm` (its script run end to end with
+stand-ins for srun/scontrol), `gpupipe io-bench`. `gpu` tests run where a GPU works."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import gpupipe as gp
+from gpupipe.cluster import connect, cuda_cluster_kwargs
+from gpupipe.errors import SpecError
+from gpupipe.runner.execute import effective_blocksize
+from gpupipe.runner.plan import stage_backends
+from gpupipe.slurm import SlurmOptions, render
+from gpupipe.spec import LocalClusterSpec
+from gpupipe.stages import GopherQuality, LengthFilter
+
+BIN = os.path.dirname(sys.executable)
+
+
+def cli(*args, **kw):
+    return subprocess.run([os.path.join(BIN, "gpupipe"), *args], capture_output=True, text=True,
+                          timeout=300, **kw)
+
+
+# ---------------------------------------------------------------------------- cuda cluster spec
+
+CUDA = {"kind": "cuda", "protocol": "ucx", "interface": "ib0", "enable_infiniband": True,
+        "enable_nvlink": True, "rmm_pool_size": "70GB", "rmm_async": True,
+        "device_memory_limit": 0.8, "devices": "0,1,2,3"}
+
+
+def test_cuda_cluster_spec_and_its_arguments():
+    p = gp.Pipeline(input="data/sample", output="out/x", cluster=CUDA)
+    kw = cuda_cluster_kwargs(p.cluster, env={"A": "1"})
+    assert kw["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and kw["protocol"] == "ucx"
+    assert kw["interface"] == "ib0" and kw["enable_infiniband"] and kw["enable_nvlink"]
+    assert kw["rmm_pool_size"] == 70_000_000_000 and kw["rmm_async"] is True
+    assert kw["device_memory_limit"] == 0.8 and kw["enable_cudf_spill"] is True
+    assert kw["env"] == {"A": "1"} and "n_workers" not in kw
+    assert cuda_cluster_kwargs(p.cluster, workers=2)["n_workers"] == 2
+    tcp = gp.Pipeline(input="data/sample", output="out/x", cluster={"kind": "cuda"}).cluster
+    assert "enable_infiniband" not in cuda_cluster_kwargs(tcp)  # tcp: no UCX switches at all
+    again = gp.Pipeline.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert again.cluster == p.cluster
+    assert "local CUDA cluster (dask-cuda), GPUs 0,1,2,3; protocol ucx, interface ib0" in \
+        p.explain()
+
+
+@pytest.mark.parametrize("cluster, message", [
+    ({"kind": "cuda", "enable_nvlink": True}, "enable_nvlink needs protocol: ucx"),
+    ({"kind": "cuda", "protocol": "ucx", "enable_rdmacm": True},
+     "enable_rdmacm needs enable_infiniband"),
+    ({"kind": "cuda", "rmm_pool_size": 1.5}, "fraction in \\(0, 1\\]"),
+    ({"kind": "cuda", "rmm_pool_size": "plenty"}, "a size such as '24GB'"),
+    ({"kind": "cuda", "devices": "first"}, "not a list of GPU indices"),
+    ({"kind": "cuda", "protocl": "ucx"}, "did you mean 'protocol'"),
+    ({"kind": "gpu"}, "unknown cluster kind 'gpu'"),
+])
+def test_bad_cuda_cluster_specs(cluster, message):
+    with pytest.raises(SpecError, match=message):
+        gp.Pipeline(input="data/sample", output="out/x", cluster=cluster)
+
+
+def test_cuda_cluster_without_dask_cuda_is_a_clear_error(tmp_path, small_corpus):
+    pytest.importorskip("dask")
+    if __import__("importlib").util.find_spec("dask_cuda") is not None:
+        pytest.skip("dask-cuda is installed here")
+    p = tmp_path / "p.yaml"
+    p.write_text(f"input: {{path: {small_corpus}}}\ncluster: {{kind: cuda}}\n"
+                 f"output: {{path: {tmp_path / 'o'}}}\n")
+    r = cli("run", str(p), "--no-progress")
+    assert r.returncode == 1
+    assert "cluster.kind: cuda needs dask-cuda" in r.stderr and "gpupipe[gpu]" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_partition_size_follows_device_memory_on_cuda_clusters():
+    base = gp.Pipeline(input="data/sample", output="out/x")
+    cuda = gp.Pipeline(input="data/sample", output="out/x", cluster={"kind": "cuda"})
+    assert effective_blocksize(base.input, base.cluster, 80 * 2**30) == 256 * 2**20
+    assert effective_blocksize(cuda.input, cuda.cluster, 80 * 2**30) == 80 * 2**30 // 32
+    explicit = gp.Pipeline(input={"path": "data/sample", "blocksize": "64MiB"}, output="out/x",
+                           cluster={"kind": "cuda", "partition_fraction": 0.1})
+    assert effective_blocksize(explicit.input, explicit.cluster, 80 * 2**30) == 64 * 2**20
+    assert effective_blocksize(cuda.input, cuda.cluster, None) == 256 * 2**20  # no GPU: default
+
+
+def test_explain_names_stages_converted_for_another_backend():
+    stages = [LengthFilter(min_words=3), GopherQuality()]
+    assert stage_backends(stages, "pandas") == [("pandas", False), ("pandas", False)]
+    assert stage_backends(stages, "cudf") == [("pandas", True), ("pandas", True)]
+
+
+# ---------------------------------------------------------------------------- KvikIO settings
+
+def test_kvikio_settings_reach_every_worker(client, small_corpus, tmp_path):
+    io = {"kvikio": {"compat_mode": "on", "nthreads": 16, "task_size": "8MiB"}}
+    p = gp.Pipeline(input=str(small_corpus), output=str(tmp_path / "o"), io=io)
+    assert "KvikIO on every worker" in p.explain()
+    res = p.run(client=client, progress=False)
+    assert res.summary["pipeline"]["io"]["kvikio"]["nthreads"] == 16
+    seen = client.run(lambda: {k: os.environ.get(k) for k in
+                               ("KVIKIO_COMPAT_MODE", "KVIKIO_NTHREADS", "KVIKIO_TASK_SIZE")})
+    assert len(seen) == 2
+    for env in seen.values():
+        assert env == {"KVIKIO_COMPAT_MODE": "ON", "KVIKIO_NTHREADS": "16",
+                       "KVIKIO_TASK_SIZE": str(8 * 2**20)}
+
+
+def test_embedded_cluster_workers_start_with_the_settings():
+    with connect(LocalClusterSpec(workers=1), env={"KVIKIO_NTHREADS": "4"}) as c:
+        assert list(c.run(lambda: os.environ.get("KVIKIO_NTHREADS")).values()) == ["4"]
+        assert list(c.run(lambda: os.environ.get("RAYON_NUM_THREADS")).values()) == ["1"]
+
+
+# ---------------------------------------------------------------------------- slurm
+
+def test_slurm_gpu_script_content():
+    s = render(SlurmOptions(pipeline="pipelines/quickstart.yaml", nodes=4, gpus_per_node=8,
+                            partition="gpu", time="04:00:00", account="ml", protocol="ucx",
+                            interface="ib0", rmm_pool_size="0.9",
+                            container_image="nvcr.io/nvidia/rapidsai/base:26.10-cuda12-py3.11",
+                            overrides=("output.path=/lustre/run",)), "quickstart")
+    for line in ("#SBATCH --nodes=4", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=gpu",
+                 "#SBATCH --time=04:00:00", "#SBATCH --account=ml", "#SBATCH --ntasks-per-node=1",
+                 "#SBATCH --job-name=gpupipe-quickstart", "set -euo pipefail",
+                 "EXPECTED_WORKERS=$(( SLURM_JOB_NUM_NODES * 8 ))", "trap cleanup EXIT",
+                 'exit "$status"'):
+        assert line in s, line
+    assert "dask scheduler --scheduler-file=\"$SCHEDULER_FILE\" --protocol=ucx --interface=ib0" in s
+    assert "dask cuda worker --scheduler-file=\"$SCHEDULER_FILE\" --interface=ib0 " \
+           "--enable-cudf-spill --rmm-pool-size=0.9 &" in s
+    assert s.count("--container-image=nvcr.io/nvidia/rapidsai/base:26.10-cuda12-py3.11") == 3
+    driver = [ln for ln in s.splitlines() if " run " in ln and not ln.startswith("#")][0]
+    assert f"run {os.path.abspath('pipelines/quickstart.yaml')} --scheduler-file=" in driver
+    assert '--min-workers="$EXPECTED_WORKERS"' in driver and "--set=output.path=/lustre/run" in driver
+    assert driver.startswith("srun ")  # in the container too
+    assert subprocess.run(["bash", "-n"], input=s, text=True).returncode == 0
+
+
+def test_slurm_cpu_script_and_option_errors():
+    s = render(SlurmOptions(pipeline="p.yaml", nodes=2, cpu=True, cpus_per_node=32), "p")
+    assert "#SBATCH --cpus-per-task=32" in s and "--gpus-per-node" not in s
+    assert "dask worker --scheduler-file=\"$SCHEDULER_FILE\" --nworkers=32 --nthreads=1" in s
+    assert "EXPECTED_WORKERS=$(( SLURM_JOB_NUM_NODES * 32 ))" in s
+    lines = [ln for ln in s.splitlines() if " run " in ln and not ln.startswith("#")]
+    assert lines[0].startswith("gpupipe run ")  # no container: the batch step is the driver
+    with pytest.raises(SpecError, match="ucx is for GPU workers"):
+        SlurmOptions(pipeline="p.yaml", cpu=True, protocol="ucx")
+    with pytest.raises(SpecError, match="--nodes"):
+        SlurmOptions(pipeline="p.yaml", nodes=0)
+
+
+def test_slurm_cli_validates_the_pipeline_and_writes_an_executable(tmp_path):
+    out = tmp_path / "job.sbatch"
+    r = cli("slurm", "pipelines/quickstart.yaml", "--nodes", "2", "--gpus-per-node", "4",
+            "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_mode & stat.S_IXUSR and "#SBATCH --nodes=2" in out.read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("input: {path: data/sample}\nstages: [{stage: lenght_filter}]\n"
+                   "output: {path: out/x}\n")
+    r = cli("slurm", str(bad))
+    assert r.returncode == 2 and "did you mean 'length_filter'" in r.stderr
+
+
+SRUN = """#!/usr/bin/env bash
+# stand-in for Slurm's srun on one node: drop the options, run the command
+while [[ $# -gt 0 && "$1" == -* ]]; do shift; done
+exec "$@"
+"""
+SCONTROL = """#!/usr/bin/env bash
+echo localhost
+"""
+
+
+def _slurm_env(tmp_path: Path) -> dict:
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    for name, body in (("srun", SRUN), ("scontrol", SCONTROL)):
+        (shims / name).write_text(body)
+        (shims / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{shims}:{BIN}:{os.environ['PATH']}", "SLURM_JOB_ID": "42",
+            "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "localhost"}
+
+
+def _pids_alive(pattern: str) -> list[str]:
+    r = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    return r.stdout.split()
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["ok", "failing-pipeline"])
+def test_generated_cpu_script_runs_the_scheduler_file_flow(tmp_path, small_corpus, fails):
+    """The script itself, end to end on this machine: scheduler, workers, driver, teardown."""
+    pipe = tmp_path / "p.yaml"
+    stages = "[{stage: tokenize, tokenizer: /no/such/tokenizer.json}]" if fails else \
+        "[{stage: length_filter, min_words: 20}]"
+    pipe.write_text(textwrap.dedent(f"""\
+        name: slurm-test
+        input: {{path: {small_corpus}}}
+        stages: {stages}
+        output: {{path: {tmp_path / 'run'}}}
+        """))
+    workdir = tmp_path / f"sched-{fails}"
+    script = tmp_path / "job.sbatch"
+    script.write_text(render(SlurmOptions(pipeline=str(pipe), cpu=True, workers_per_node=2,
+                                          workdir=str(workdir),
+                                          gpupipe=os.path.join(BIN, "gpupipe")), "slurm-test"))
+    r = subprocess.run(["bash", str(script)], cwd=tmp_path, env=_slurm_env(tmp_path),
+                       capture_output=True, text=True, timeout=300, start_new_session=True)
+    try:
+        if fails:
+            assert r.returncode == 2, r.stdout + r.stderr  # the driver's exit code (a spec error)
+            assert "tokenizer" in r.stderr
+        else:
+            assert r.returncode == 0, r.stdout + r.stderr
+            summary = json.loads((tmp_path / "run" / "run.json").read_text())
+            assert summary["status"] == "complete"
+            assert summary["cluster"]["kind"] == "scheduler_file"
+            assert summary["cluster"]["workers"] == 2
+        assert "gpupipe: driver exited with" in r.stdout
+        assert not (workdir / "scheduler.json").exists()
+        assert not _pids_alive(str(workdir))  # scheduler and workers are gone
+    finally:
+        for pid in _pids_alive(str(workdir)):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------- io-bench
+
+def test_io_bench_reads_every_byte_with_each_method(tmp_path):
+    r = cli("io-bench", "data/sample", "--repeat", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    size = sum(p.stat().st_size for p in Path("data/sample").glob("*.jsonl.gz"))
+    assert report["bytes"] == size and report["files"] == 5
+    for name in ("posix", "pyarrow"):
+        assert report["methods"][name]["bytes"] == size
+        assert len(report["methods"][name]["passes_mb_s"]) == 2
+    from gpupipe.backend import probe_gpu
+
+    if not probe_gpu()[0]:
+        assert "no usable GPU" in report["methods"]["kvikio"]["skipped"]
+    r = cli("io-bench", str(tmp_path / "nothing-here"))
+    assert r.returncode == 1 and "matches no file" in r.stderr
+
+
+def test_io_bench_parquet_files_are_decoded(tmp_path, small_corpus):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["a" * 1000] * 100}), tmp_path / "a.parquet")
+    from gpupipe.iobench import run
+
+    report = run([str(tmp_path / "a.parquet")], repeat=1)
+    assert report["methods"]["pyarrow_parquet"]["bytes"] == (tmp_path / "a.parquet").stat().st_size
+
+
+# ---------------------------------------------------------------------------- on a GPU
+
+@pytest.mark.gpu
+def test_pipeline_on_a_local_cuda_cluster_matches_the_cpu_run(tmp_path, small_corpus, client):
+    pytest.importorskip("dask_cuda")
+    stages = [LengthFilter(min_words=20), GopherQuality(min_doc_words=10)]
+    cpu = gp.Pipeline(input=str(small_corpus), output=str(tmp_path / "cpu"), stages=stages).run(
+        client=client, progress=False)
+    gpu = gp.Pipeline(input=str(small_corpus), output=str(tmp_path / "gpu"), stages=stages,
+                      cluster={"kind": "cuda"}).run(progress=False)
+    assert gpu.to_pandas().equals(cpu.to_pandas())
+
+
+@pytest.mark.gpu
+def test_io_bench_reads_into_gpu_memory(tmp_path):
+    from gpupipe.iobench import run
+
+    report = run([str(p) for p in Path("data/sample").glob("*.gz")], repeat=1,
+                 methods=["kvikio"])
+    assert report["methods"]["kvikio"]["bytes"] == report["bytes"]
