@@ -286,3 +286,16 @@ def test_io_bench_reads_into_gpu_memory(tmp_path):
     report = run([str(p) for p in Path("data/sample").glob("*.gz")], repeat=1,
                  methods=["kvikio"])
     assert report["methods"]["kvikio"]["bytes"] == report["bytes"]
+
+
+def test_dockerfile_base_image_matches_the_gpu_extra():
+    import re
+    import tomllib
+
+    docker = Path("Dockerfile").read_text()
+    rapids = re.search(r"ARG RAPIDS_VERSION=(\S+)", docker).group(1)
+    assert "FROM rapidsai/base:${RAPIDS_VERSION}-cuda${CUDA_VERSION}-py${PYTHON_VERSION}" in docker
+    extra = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-dependencies"]
+    cudf = next(d for d in extra["gpu"] if d.startswith("cudf-cu12"))
+    assert cudf == f"cudf-cu12=={rapids}.*"
+    assert re.search(r"ARG CUDA_VERSION=(\d+)", docker).group(1) == "12"  # the -cu12 wheels
