@@ -84,6 +84,25 @@ def test_cuda_cluster_without_dask_cuda_is_a_clear_error(tmp_path, small_corpus)
     assert "Traceback" not in r.stderr
 
 
+def test_missing_ucx_or_gpu_are_clear_errors(monkeypatch):
+    """What a machine with dask-cuda but without distributed-ucxx, or without a GPU, reports
+    (the package lookup is redirected: this machine has neither)."""
+    import importlib.util
+
+    from gpupipe import backend
+    from gpupipe.errors import ClusterError
+
+    real = importlib.util.find_spec
+    present = {"dask_cuda": True, "distributed_ucxx": False}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
+        object() if present[name] else None) if name in present else real(name, *a))
+    with pytest.raises(ClusterError, match="protocol: ucx needs .*distributed-ucxx"):
+        backend.local_cuda_cluster(protocol="ucx")
+    monkeypatch.setattr(backend, "device_memory_bytes", lambda: None)
+    with pytest.raises(ClusterError, match="no NVIDIA GPU is visible"):
+        backend.local_cuda_cluster(protocol="tcp")
+
+
 def test_partition_size_follows_device_memory_on_cuda_clusters():
     base = gp.Pipeline(input="data/sample", output="out/x")
     cuda = gp.Pipeline(input="data/sample", output="out/x", cluster={"kind": "cuda"})
