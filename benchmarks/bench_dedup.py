@@ -11,6 +11,8 @@ words replaced) — ground truth for recall / precision. Both tools use word 5-g
 * end to end: gpupipe's fuzzy_dedup pipeline on a local Dask cluster (warm) vs datatrove's
   MinhashDedupSignature -> Buckets -> Cluster -> Filter with LocalPipelineExecutor, same
   number of workers; ratio = datatrove seconds / gpupipe seconds;
+* components on the cluster: the same end to end with ``components: dask`` (for candidate graphs
+  too large for the client): time ratio and whether the removals are identical;
 * memory: RSS per Dask worker before the run (libraries) and at its peak, for 1x, 2x, 4x, ...
   the data (copies with words shuffled, so they are new documents, not duplicates).
 
@@ -67,7 +69,7 @@ def quality(removed: set[str], near, all_ids) -> dict:
             "precision": round(len(removed & planted) / max(1, len(removed)), 3)}
 
 
-def run_gpupipe(inp: Path, out: Path, workers: int):
+def run_gpupipe(inp: Path, out: Path, workers: int, components: str = "auto"):
     import pandas as pd
     from distributed import Client, LocalCluster
 
@@ -77,7 +79,7 @@ def run_gpupipe(inp: Path, out: Path, workers: int):
 
     pipe = gp.Pipeline(input={"path": str(inp), "id_column": "id"},
                        output={"path": str(out), "overwrite": True},
-                       stages=[FuzzyDedup(preset="datatrove")])
+                       stages=[FuzzyDedup(preset="datatrove", components=components)])
     with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0",
                       silence_logs=50, env=worker_env(1)) as cluster, Client(cluster) as client:
         pipe.run(client=client, progress=False)  # warm-up: compiled kernels load per worker
@@ -207,6 +209,11 @@ def main() -> int:
         t_gp, removed_gp = run_gpupipe(tmp / "in", tmp / "gp", args.workers)
         report["gpupipe"] = {"seconds": round(t_gp, 3), "MB_per_s": round(mb / t_gp, 2),
                              **quality(removed_gp, near, ids)}
+        # the same with connected components on the cluster instead of scipy on the client
+        t_cc, removed_cc = run_gpupipe(tmp / "in", tmp / "gp-dask", args.workers, "dask")
+        report["gpupipe_components_on_dask"] = {
+            "seconds": round(t_cc, 3), "same_removals": removed_cc == removed_gp,
+            "slowdown_vs_client_components": round(t_cc / t_gp, 2)}
         try:
             import datatrove  # noqa: F401
         except ImportError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 from typing import Annotated, ClassVar, Literal
@@ -16,7 +17,16 @@ from pydantic import Field
 from gpupipe.frame import ID, TEXT, text_array
 from gpupipe.io.writer import write_parquet
 from gpupipe.stages.base import GlobalStage, stage
-from gpupipe.stages.dedup.common import POS, ROW, DropLosers, Keep, clear_audit, losers
+from gpupipe.stages.dedup.common import (
+    POS,
+    ROW,
+    DropLosers,
+    Keep,
+    clear_audit,
+    losers,
+    write_losers,
+)
+from gpupipe.stages.dedup.components import LOCAL_EDGE_LIMIT
 
 #: presets users know (shared/FILTERS.md)
 PRESETS = {
@@ -187,6 +197,9 @@ class FuzzyDedup(GlobalStage):
     jaccard_threshold: Annotated[float, Field(gt=0, le=1)] = 0.8
     keep: Keep = "first"
     bands_per_pass: Annotated[int, Field(ge=1)] = 4
+    #: connected components: scipy on the client (``local``), on the cluster (``dask``), or
+    #: by the size of the candidate graph (``auto``: dask above 20 million candidate pairs)
+    components: Literal["auto", "local", "dask"] = "auto"
 
     def __post_init__(self):
         if self.threshold is not None and (self.bands is not None or self.rows is not None):
@@ -229,31 +242,31 @@ class FuzzyDedup(GlobalStage):
         counts = [pq.read_metadata(os.path.join(sig_dir, f"part-{i:05d}.meta.parquet")).num_rows
                   for i in range(n_parts)]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        edges = [_EMPTY_EDGES]
+        pass_dirs = []
         for start in range(0, cfg["bands"], self.bands_per_pass):
-            path = os.path.join(ctx.work_dir, "edges", f"bands-{start:04d}.parquet")
-            if not os.path.exists(path):
+            # one directory of edge files per pass of bands, written by the workers; the
+            # marker says the pass is complete (an interrupted pass is redone)
+            pass_dir = os.path.join(ctx.work_dir, "edges", f"bands-{start:04d}")
+            if not os.path.exists(os.path.join(pass_dir, "_complete")):
+                shutil.rmtree(pass_dir, ignore_errors=True)
                 group = list(range(start, min(start + self.bands_per_pass, cfg["bands"])))
                 keys = from_partitions(BandEdges(sig_dir, group, cfg["rows"], offsets), n_parts,
                                        _EMPTY_KEYS, "gpupipe-lsh-keys")
                 buckets = keys.shuffle(on=["band", "key"], npartitions=max(1, n_parts))
-                found = client.compute(buckets.map_partitions(star_edges,
-                                                              meta=_EMPTY_EDGES)).result()
-                write_parquet(pa.Table.from_pandas(found, preserve_index=False), path)
-            edges.append(pd.read_parquet(path))
-        pairs = pd.concat(edges, ignore_index=True).drop_duplicates()
-        sigs = SignatureStore(sig_dir, offsets)
-        if len(pairs) and self.verify:
-            agree = sigs.agreement(pairs["a"].to_numpy(), pairs["b"].to_numpy())
-            pairs = pairs[agree >= self.jaccard_threshold]
-        lost = self._losers(pairs, sigs, offsets)
+                client.compute(buckets.map_partitions(star_edges, meta=_EMPTY_EDGES).to_parquet(
+                    pass_dir, write_index=False, compute=False)).result()
+                with open(os.path.join(pass_dir, "_complete"), "w"):
+                    pass
+            pass_dirs.append(pass_dir)
+        edge_files = sorted(f for d in pass_dirs for f in glob.glob(os.path.join(d, "*.parquet")))
+        n_edges = sum(pq.read_metadata(f).num_rows for f in edge_files)
         losers_dir = os.path.join(ctx.work_dir, "losers")
         shutil.rmtree(losers_dir, ignore_errors=True)
-        for part, group in lost.groupby(POS, sort=True):
-            d = os.path.join(losers_dir, f"{POS}={int(part)}")
-            os.makedirs(d, exist_ok=True)
-            pq.write_table(pa.Table.from_pandas(group.drop(columns=[POS]), preserve_index=False),
-                           os.path.join(d, "losers.parquet"))
+        if self.components == "dask" or (self.components == "auto"
+                                         and n_edges > LOCAL_EDGE_LIMIT):
+            self._losers_on_dask(client, edge_files, sig_dir, offsets, n_parts, losers_dir)
+        else:
+            self._losers_on_client(edge_files, sig_dir, offsets, losers_dir)
         label = f"{ctx.position}:{self.stage_name}"
         audit_dir = os.path.join(ctx.output_dir, "dedup", "duplicates.parquet")
         clear_audit(audit_dir, label)
@@ -262,17 +275,21 @@ class FuzzyDedup(GlobalStage):
                             audit_cols=("component", "jaccard"))
         return from_partitions(reader, n_parts, src.meta(), "gpupipe-fuzzy-drop")
 
-    def _losers(self, pairs, sigs, offsets):
-        """One kept document per connected component of the candidate graph; the others.
-
-        Only documents that appear in a candidate pair are loaded on the client, so its memory
-        follows the number of candidates, not the size of the corpus.
-        """
+    def _losers_on_client(self, edge_files, sig_dir, offsets, losers_dir):
+        """Connected components with scipy on the client: its memory follows the number of
+        candidate pairs (only documents in a pair are loaded), not the size of the corpus."""
         from scipy.sparse import coo_matrix
         from scipy.sparse.csgraph import connected_components
 
+        frames = [pd.read_parquet(f) for f in edge_files]
+        pairs = (pd.concat(frames, ignore_index=True) if frames else _EMPTY_EDGES
+                 ).drop_duplicates()
+        sigs = SignatureStore(sig_dir, offsets)
+        if len(pairs) and self.verify:
+            agree = sigs.agreement(pairs["a"].to_numpy(), pairs["b"].to_numpy())
+            pairs = pairs[agree >= self.jaccard_threshold]
         if len(pairs) == 0:
-            return losers(pd.DataFrame(), ["component"], self.keep, ("component", "jaccard"))
+            return
         a, b = pairs["a"].to_numpy(), pairs["b"].to_numpy()
         nodes = np.unique(np.concatenate([a, b]))  # global document numbers, sorted
         ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
@@ -283,8 +300,87 @@ class FuzzyDedup(GlobalStage):
         part = np.searchsorted(offsets, nodes, side="right") - 1
         df = pd.DataFrame({"component": label, POS: part, ROW: nodes - offsets[part],
                            "length": meta["length"].to_numpy(), "id": meta["id"].to_numpy()})
+        lost = ComponentLosers(self.keep, sig_dir, offsets)(df)
+        for part_no, group in lost.groupby(POS, sort=True):
+            d = os.path.join(losers_dir, f"{POS}={int(part_no)}")
+            os.makedirs(d, exist_ok=True)
+            pq.write_table(pa.Table.from_pandas(group.drop(columns=[POS]), preserve_index=False),
+                           os.path.join(d, "losers.parquet"))
+
+    def _losers_on_dask(self, client, edge_files, sig_dir, offsets, n_parts, losers_dir):
+        """Connected components on the cluster (`dask_components`): no machine holds the
+        candidate graph; the kept document of each component is chosen after a shuffle by
+        component."""
+        import dask.dataframe as dd
+
+        from gpupipe.io import from_partitions
+        from gpupipe.stages.dedup.components import dask_components
+
+        if not edge_files:
+            return
+        edges = dd.read_parquet(edge_files)
+        if self.verify:
+            edges = edges.map_partitions(VerifiedEdges(sig_dir, offsets, self.jaccard_threshold),
+                                         meta=_EMPTY_EDGES)
+        labels, _ = dask_components(edges, client, npartitions=max(1, n_parts))
+        nodes = from_partitions(NodeMeta(sig_dir, offsets), n_parts, _NODE_META,
+                                "gpupipe-fuzzy-nodes")
+        df = labels.merge(nodes, left_on="node", right_on="gid").rename(
+            columns={"label": "component"})
+        grouped = df.shuffle(on="component", npartitions=max(1, n_parts))
+        lost = grouped.map_partitions(ComponentLosers(self.keep, sig_dir, offsets),
+                                      meta=losers(pd.DataFrame(), ["component"], self.keep,
+                                                  ("component", "jaccard")))
+        write_losers(client, lost, losers_dir)
+
+
+_NODE_META = pd.DataFrame({"gid": np.zeros(0, np.int64),
+                           "id": pd.Series([], dtype=pd.StringDtype("pyarrow")),
+                           "length": np.zeros(0, np.int64), POS: np.zeros(0, np.int64),
+                           ROW: np.zeros(0, np.int64)})
+
+
+class NodeMeta:
+    """Signature partition ``i`` -> global number, id, length and position of its documents."""
+
+    def __init__(self, sig_dir: str, offsets: np.ndarray):
+        self.sig_dir, self.offsets = sig_dir, offsets
+
+    def __call__(self, i: int) -> pd.DataFrame:
+        t = pq.read_table(os.path.join(self.sig_dir, f"part-{i:05d}.meta.parquet")).to_pandas()
+        rows = np.arange(len(t), dtype=np.int64)
+        return pd.DataFrame({"gid": rows + self.offsets[i],
+                             "id": t["id"].astype(pd.StringDtype("pyarrow")),
+                             "length": t["length"].to_numpy(np.int64),
+                             POS: np.full(len(t), i, np.int64), ROW: rows})
+
+
+class VerifiedEdges:
+    """Keeps the candidate pairs whose signatures agree on at least ``threshold``."""
+
+    def __init__(self, sig_dir: str, offsets: np.ndarray, threshold: float):
+        self.sig_dir, self.offsets, self.threshold = sig_dir, offsets, threshold
+
+    def __call__(self, df: pd.DataFrame) -> pd.DataFrame:
+        if df.empty:
+            return df
+        agree = SignatureStore(self.sig_dir, self.offsets).agreement(
+            df["a"].to_numpy(), df["b"].to_numpy())
+        return df[agree >= self.threshold]
+
+
+class ComponentLosers:
+    """Rows of whole components -> the documents that lose to their component's kept one, with
+    the component id users see (the kept document's global number) and the Jaccard estimate."""
+
+    def __init__(self, keep: str, sig_dir: str, offsets: np.ndarray):
+        self.keep, self.sig_dir, self.offsets = keep, sig_dir, offsets
+
+    def __call__(self, df: pd.DataFrame) -> pd.DataFrame:
         out = losers(df, ["component"], self.keep)
-        lost = offsets[out[POS].to_numpy()] + out[ROW].to_numpy()
-        kept = offsets[out["kept_part"].to_numpy()] + out["kept_row"].to_numpy()
-        # the component id users see: the kept document's global position
-        return out.assign(component=kept, jaccard=sigs.agreement(lost, kept))
+        if out.empty:
+            return losers(pd.DataFrame(), ["component"], self.keep, ("component", "jaccard"))
+        lost = self.offsets[out[POS].to_numpy()] + out[ROW].to_numpy()
+        kept = self.offsets[out["kept_part"].to_numpy()] + out["kept_row"].to_numpy()
+        sigs = SignatureStore(self.sig_dir, self.offsets)
+        return out.assign(component=kept.astype(np.int64), jaccard=sigs.agreement(lost, kept))

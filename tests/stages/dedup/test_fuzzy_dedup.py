@@ -65,6 +65,48 @@ def test_deterministic_across_worker_counts(planted, tmp_path, client):
                                   two.sort_values(key).reset_index(drop=True))
 
 
+@pytest.mark.parametrize("verify", [False, True])
+def test_components_on_the_cluster_equal_the_client_ones(client, planted, tmp_path, verify):
+    kw = {"preset": "nemo", "threshold": 0.5, "verify": verify, "jaccard_threshold": 0.7}
+    res_local, local = run(client, planted, tmp_path / "local", components="local", **kw)
+    res_dask, dask = run(client, planted, tmp_path / "dask", components="dask", **kw)
+    assert len(local) > 50
+    key = ["id", "duplicate_of"]
+    pd.testing.assert_frame_equal(
+        local.sort_values(key).reset_index(drop=True)[["id", "duplicate_of", "component",
+                                                       "jaccard"]],
+        dask.sort_values(key).reset_index(drop=True)[["id", "duplicate_of", "component",
+                                                      "jaccard"]])
+    pd.testing.assert_frame_equal(res_local.to_pandas(), res_dask.to_pandas())
+
+
+def test_dask_components_match_scipy_on_random_graphs(client):
+    import dask.dataframe as dd
+    import numpy as np
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    from gpupipe.stages.dedup.components import dask_components
+
+    rng = np.random.default_rng(7)
+    nodes = rng.choice(10**12, 3000, replace=False)
+    a, b = nodes[rng.integers(0, 3000, 2500)], nodes[rng.integers(0, 3000, 2500)]
+    chain = np.sort(rng.choice(10**12, 300, replace=False))[::-1]  # a long path, min at its end
+    a, b = np.concatenate([a, chain[:-1], [a[0]]]), np.concatenate([b, chain[1:], [a[0]]])
+    edges = dd.from_pandas(pd.DataFrame({"a": a.astype(np.int64), "b": b.astype(np.int64)}),
+                           npartitions=5)
+    labels, rounds = dask_components(edges, client)
+    got = labels.compute().sort_values("node").reset_index(drop=True)
+    every = np.unique(np.concatenate([a, b]))
+    ia, ib = np.searchsorted(every, a), np.searchsorted(every, b)
+    _, comp = connected_components(coo_matrix((np.ones(len(a)), (ia, ib)),
+                                              shape=(len(every), len(every))), directed=False)
+    expected = pd.DataFrame({"node": every, "c": comp}).groupby("c")["node"].transform("min")
+    assert got["node"].tolist() == every.tolist()
+    assert got["label"].tolist() == expected.tolist()
+    assert rounds <= 8
+
+
 def test_band_selection():
     assert bands_for_threshold(0.8, 260)[0] * bands_for_threshold(0.8, 260)[1] <= 260
     b, r = 20, 13
