@@ -299,22 +299,33 @@ def _split_piece(cp, a, b, T, ts, te, k, ss, se):
     return k
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _next_piece(cp, i, hi, T):
+    """(start, end) of the next whitespace-free piece at or after i (start == hi: none left)."""
+    while i < hi and _has(T, cp[i], SPACE):
+        i += 1
+    j = i
+    while j < hi and not _has(T, cp[j], SPACE):
+        j += 1
+    return i, j
+
+
 @numba.njit(cache=True, nogil=True)
 def tokenize(cp, lo, hi, T, ts, te, ss, se):
     """Word tokens of cp[lo:hi] as (start, end) code point spans in ts/te; returns their number."""
     k = 0
-    i = lo
+    i, j = _next_piece(cp, lo, hi, T)
     while i < hi:
-        while i < hi and _has(T, cp[i], SPACE):
-            i += 1
-        if i >= hi:
-            break
-        j = i
-        while j < hi and not _has(T, cp[j], SPACE):
-            j += 1
         k = _split_piece(cp, i, j, T, ts, te, k, ss, se)
-        i = j
+        i, j = _next_piece(cp, j, hi, T)
     return k
+
+
+@numba.njit(cache=True, nogil=True)
+def _scratch(maxlen):
+    """Per-call buffers sized for the longest document: code points, token spans, suffix stack."""
+    return (np.empty(maxlen, np.int32), np.empty(maxlen, np.int64), np.empty(maxlen, np.int64),
+            np.empty(maxlen, np.int64), np.empty(maxlen, np.int64))
 
 
 def _max_len(offsets) -> int:
@@ -324,11 +335,7 @@ def _max_len(offsets) -> int:
 @numba.njit(cache=True, nogil=True)
 def _tokenize_all(offsets, data, T, maxlen):
     nd = offsets.shape[0] - 1
-    cp = np.empty(maxlen, np.int32)
-    ts = np.empty(maxlen, np.int64)
-    te = np.empty(maxlen, np.int64)
-    ss = np.empty(maxlen, np.int64)
-    se = np.empty(maxlen, np.int64)
+    cp, ts, te, ss, se = _scratch(maxlen)
     counts = np.zeros(nd, np.int64)
     spans = []
     for d in range(nd):
@@ -463,11 +470,7 @@ GQ_WORDS, GQ_NONSYM, GQ_NONSYM_CHARS, GQ_ALPHA_WORDS, GQ_HASHES, GQ_ELLIPSES, GQ
 def _gopher_quality(offsets, data, T, stop_cp, stop_off, maxlen):
     nd = offsets.shape[0] - 1
     out = np.zeros((nd, 10), np.int64)
-    cp = np.empty(maxlen, np.int32)
-    ts = np.empty(maxlen, np.int64)
-    te = np.empty(maxlen, np.int64)
-    ss = np.empty(maxlen, np.int64)
-    se = np.empty(maxlen, np.int64)
+    cp, ts, te, ss, se = _scratch(maxlen)
     nstop = stop_off.shape[0] - 1
     for d in range(nd):
         n = decode_doc(data, offsets[d], offsets[d + 1], cp)
@@ -594,11 +597,7 @@ def _gopher_repetition(offsets, data, T, top_ns, dup_ns, maxlen, tsize):
     base = np.zeros((nd, 7), np.int64)
     top = np.zeros((nd, nt), np.int64)
     dup = np.zeros((nd, ndup), np.int64)
-    cp = np.empty(maxlen, np.int32)
-    ts = np.empty(maxlen, np.int64)
-    te = np.empty(maxlen, np.int64)
-    ss = np.empty(maxlen, np.int64)
-    se = np.empty(maxlen, np.int64)
+    cp, ts, te, ss, se = _scratch(maxlen)
     seg_h = np.empty(maxlen, np.uint64)
     seg_l = np.empty(maxlen, np.int64)
     tok_h = np.empty(maxlen, np.uint64)
@@ -716,11 +715,7 @@ def _fineweb(offsets, data, T, stop_table, use_table, short_len, maxlen, tsize):
     nd = offsets.shape[0] - 1
     # lines, lines ending in stop chars, short lines, dup line chars, chars w/o \n, newlines, words
     out = np.zeros((nd, 7), np.int64)
-    cp = np.empty(maxlen, np.int32)
-    ts = np.empty(maxlen, np.int64)
-    te = np.empty(maxlen, np.int64)
-    ss = np.empty(maxlen, np.int64)
-    se = np.empty(maxlen, np.int64)
+    cp, ts, te, ss, se = _scratch(maxlen)
     seg_h = np.empty(maxlen, np.uint64)
     seg_l = np.empty(maxlen, np.int64)
     keys = np.zeros(tsize, np.uint64)
@@ -861,12 +856,8 @@ def _c4(offsets, data, T, max_word_length, remove_citations, terminal_punct, min
     line_counts = np.zeros(6, np.int64)
     out = np.empty(data.shape[0], np.uint8)
     out_off = np.zeros(nd + 1, np.int64)
-    cp = np.empty(maxlen, np.int32)
+    cp, ts, te, ss, se = _scratch(maxlen)
     buf = np.empty(maxlen, np.int32)
-    ts = np.empty(maxlen, np.int64)
-    te = np.empty(maxlen, np.int64)
-    ss = np.empty(maxlen, np.int64)
-    se = np.empty(maxlen, np.int64)
     lorem_pat = np.array([108, 111, 114, 101, 109, 32, 105, 112, 115, 117, 109], np.int32)
     js_pat = np.array([106, 97, 118, 97, 115, 99, 114, 105, 112, 116], np.int32)
     npol = policy_off.shape[0] - 1
@@ -886,18 +877,11 @@ def _c4(offsets, data, T, max_word_length, remove_citations, terminal_punct, min
             # words (whitespace split of the stripped line) and the longest one
             words = 0
             longest = 0
-            i = a
+            i, j = _next_piece(cp, a, b, T)
             while i < b:
-                while i < b and _has(T, cp[i], SPACE):
-                    i += 1
-                if i >= b:
-                    break
-                j = i
-                while j < b and not _has(T, cp[j], SPACE):
-                    j += 1
                 words += 1
                 longest = max(longest, j - i)
-                i = j
+                i, j = _next_piece(cp, j, b, T)
             if max_word_length >= 0 and longest > max_word_length:
                 counts[C4_LINE_LONG_WORD] += 1
                 continue
@@ -993,11 +977,7 @@ def _c4(offsets, data, T, max_word_length, remove_citations, terminal_punct, min
 def _count_tokens(offsets, data, T, nonsymbol_only, maxlen):
     nd = offsets.shape[0] - 1
     out = np.zeros(nd, np.int64)
-    cp = np.empty(maxlen, np.int32)
-    ts = np.empty(maxlen, np.int64)
-    te = np.empty(maxlen, np.int64)
-    ss = np.empty(maxlen, np.int64)
-    se = np.empty(maxlen, np.int64)
+    cp, ts, te, ss, se = _scratch(maxlen)
     for d in range(nd):
         n = decode_doc(data, offsets[d], offsets[d + 1], cp)
         k = tokenize(cp, 0, n, T, ts, te, ss, se)
