@@ -283,7 +283,8 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
                 log.info("%s: pipeline or input changed since the last run; recomputing", seg.name)
             stale = [seg.work_directory(out)] if upstream_changed else []
             kept = [rejected_directory(out, pipeline.stages, p) for p in seg.positions]
-            _reset(directory, stats_dir, *stale, *kept, *([rejected_dir] if seg.reads_input else []))
+            _reset(directory, stats_dir, *stale, *kept,
+                   *([rejected_dir] if seg.reads_input else []))
             state = None
         t0 = time.perf_counter()
         if seg.kind == "row":
@@ -445,7 +446,8 @@ def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir
         stages = list(zip(seg.positions, seg.stages))
         futures = client.map(run_row_partition, todo, source=source, stages=stages,
                              out_dir=directory, stats_dir=stats_dir, rejected_dir=rejected_dir,
-                             filter_rejected=filter_rejected, key=[f"gpupipe-{seg.name}-{fp}-{i}" for i in todo], pure=False)
+                             filter_rejected=filter_rejected,
+                             key=[f"gpupipe-{seg.name}-{fp}-{i}" for i in todo], pure=False)
         reports.extend(_wait(futures, bar, seg.name))
     reports.sort(key=lambda r: r["partition"])
     return reports, len(todo)

@@ -2,9 +2,10 @@
 
 The default model is py3langid's (140 labels, shipped inside the pip package: no download):
 ISO 639-1 codes, ISO 639-3 for the languages without one (``yue``, ``pcm``, ...) and ``zxx`` for
-text without linguistic content (markup, numbers). Its byte n-gram automaton and naive-Bayes scoring run here as one compiled pass over
-the partition's UTF-8 buffer, giving the same labels and probabilities as
-``py3langid.langid.LanguageIdentifier(norm_probs=True).classify`` (tested) many times faster.
+text without linguistic content (markup, numbers). Its byte n-gram automaton and naive-Bayes
+scoring run here as one compiled pass over the partition's UTF-8 buffer, giving the same labels
+and probabilities as ``py3langid.langid.LanguageIdentifier(norm_probs=True).classify`` (tested),
+several times faster.
 A fastText model file (e.g. lid.176.bin, GlotLID) can be used instead with ``fasttext_model``.
 """
 
@@ -37,7 +38,8 @@ def _langid_model():
     try:
         from py3langid.langid import MODEL_FILE, LanguageIdentifier
     except ImportError:  # pragma: no cover - a dependency of gpupipe
-        raise BackendUnavailableError("language_id needs py3langid: pip install py3langid") from None
+        raise BackendUnavailableError(
+            "language_id needs py3langid: pip install py3langid") from None
     ident = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
     nextmove = np.asarray(ident.tk_nextmove, dtype=np.uint32)
     rowbase = np.asarray(ident.tk_row, dtype=np.int64) << 8

@@ -149,7 +149,8 @@ ENTITIES: dict[str, tuple[str, Callable[[re.Match, str], bool]]] = {
 #: redacted match still satisfies picks the candidate documents
 CANDIDATES = {
     # two groups with digits around a colon pair: 2001:db8:..., fe80::1, ...:ab:cd
-    "ipv6": r"[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{1,4}|[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{1,4}::",
+    "ipv6": r"[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{1,4}"
+            r"|[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{1,4}::",
 }
 
 DEFAULT_TOKENS = {
