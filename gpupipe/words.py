@@ -194,8 +194,12 @@ def _split_piece(cp, a, b, T, ts, te, k, ss, se):
     # suffixes, collected from the end
     ns = 0
     while b > a:
-        if b - a >= 2 and _emoticon(cp, b - 2, b) == 2 or b - a >= 3 and _emoticon(cp, b - 3, b):
-            e = 2 if _emoticon(cp, b - 2, b) == 2 else 3
+        e = 0
+        if b - a >= 3 and _emoticon(cp, b - 3, b) == 3:  # :-) ending the piece
+            e = 3
+        elif b - a >= 2 and _emoticon(cp, b - 2, b) == 2:
+            e = 2
+        if e:
             if b - e == a:
                 break
             ss[ns] = b - e
