@@ -28,6 +28,17 @@ def utf8_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarra
 
 
 @numba.njit(inline="always")
+def fmix64(k):
+    """MurmurHash3's 64-bit finaliser: a bijective mix of all bits of ``k`` (uint64)."""
+    k ^= k >> np.uint64(33)
+    k *= np.uint64(0xFF51AFD7ED558CCD)
+    k ^= k >> np.uint64(33)
+    k *= np.uint64(0xC4CEB9FE1A85EC53)
+    k ^= k >> np.uint64(33)
+    return k
+
+
+@numba.njit(inline="always")
 def _decode(data, i):
     """(code point, byte length) of the UTF-8 character starting at ``data[i]``."""
     b = np.int64(data[i])

@@ -36,7 +36,7 @@ from gpupipe.charsets import (
     UPPER,
     char_table,
 )
-from gpupipe.kernels import _decode, utf8_buffers
+from gpupipe.kernels import _decode, fmix64, utf8_buffers
 
 __all__ = ["char_table", "tokenize_texts", "utf8_buffers"]
 
@@ -367,22 +367,12 @@ def tokenize_texts(texts: list[str]) -> list[list[str]]:
 
 # --------------------------------------------------------------------------- hashing helpers
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _mix(h):
-    h ^= h >> _U64(33)
-    h *= _U64(0xFF51AFD7ED558CCD)
-    h ^= h >> _U64(33)
-    h *= _U64(0xC4CEB9FE1A85EC53)
-    h ^= h >> _U64(33)
-    return h
-
-
 @numba.njit(cache=True, nogil=True)
 def _hash_span(cp, a, b):
     """64-bit hash of the code points cp[a:b] and their number."""
     h = _U64(0x9E3779B97F4A7C15) ^ _U64(b - a)
     for i in range(a, b):
-        h = _mix(h ^ _U64(cp[i] + 1))
+        h = fmix64(h ^ _U64(cp[i] + 1))
     return h | _U64(1)
 
 
@@ -392,7 +382,7 @@ def _hash_span(cp, a, b):
 @numba.njit(cache=True, nogil=True)
 def _find(keys, mask, key):
     """Slot of ``key`` (or the empty slot where it belongs)."""
-    i = np.int64(_mix(key) & _U64(mask))
+    i = np.int64(fmix64(key) & _U64(mask))
     while keys[i] != 0 and keys[i] != key:
         i = (i + 1) & mask
     return i
@@ -612,6 +602,7 @@ def _gopher_repetition(offsets, data, T, top_ns, dup_ns, maxlen, tsize):
     keys = np.zeros(tsize, np.uint64)
     cnt = np.zeros(tsize, np.int64)
     used = np.empty(tsize, np.int64)
+    slot = np.empty(maxlen, np.int64)  # hash-table slot of each n-gram
     B = _U64(0x100000001B3)
     power[0] = _U64(1)
     for i in range(1, maxlen + 1):
@@ -655,7 +646,7 @@ def _gopher_repetition(offsets, data, T, top_ns, dup_ns, maxlen, tsize):
             for i in range(g):
                 h = _U64(nn)
                 for x in range(i, i + nn):
-                    h = _mix(h ^ tok_h[x])
+                    h = fmix64(h ^ tok_h[x])
                 h |= _U64(1)
                 s = _find(keys, mask, h)
                 if keys[s] != h:
@@ -664,14 +655,11 @@ def _gopher_repetition(offsets, data, T, top_ns, dup_ns, maxlen, tsize):
                     used[nused] = s
                     nused += 1
                 cnt[s] += 1
+                slot[i] = s  # slots never move: no deletion or resizing during a document
             best = 0
             best_len = 0
             for i in range(g):
-                h = _U64(nn)
-                for x in range(i, i + nn):
-                    h = _mix(h ^ tok_h[x])
-                h |= _U64(1)
-                c = cnt[_find(keys, mask, h)]
+                c = cnt[slot[i]]
                 if c > best:
                     best = c
                     best_len = start[i + nn] - start[i] + nn - 1
@@ -688,7 +676,7 @@ def _gopher_repetition(offsets, data, T, top_ns, dup_ns, maxlen, tsize):
                 hi = start[i + nn]
                 ln = hi - lo
                 h = prefix[hi] - prefix[lo] * power[ln]
-                h = _mix(h ^ (_U64(ln) * _U64(0x9E3779B97F4A7C15))) | _U64(1)
+                h = fmix64(h ^ (_U64(ln) * _U64(0x9E3779B97F4A7C15))) | _U64(1)
                 s = _find(keys, mask, h)
                 if keys[s] == h:
                     total += ln

@@ -18,7 +18,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from gpupipe.kernels import utf8_buffers
+from gpupipe.kernels import fmix64, utf8_buffers
 
 _M32 = np.uint32(0xFFFFFFFF)
 MERSENNE_61 = np.uint64((1 << 61) - 1)
@@ -32,16 +32,6 @@ def _rotl32(x, r):
 @numba.njit(inline="always")
 def _rotl64(x, r):
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
-
-
-@numba.njit(inline="always")
-def _fmix64(k):
-    k ^= k >> np.uint64(33)
-    k *= np.uint64(0xFF51AFD7ED558CCD)
-    k ^= k >> np.uint64(33)
-    k *= np.uint64(0xC4CEB9FE1A85EC53)
-    k ^= k >> np.uint64(33)
-    return k
 
 
 @numba.njit(cache=True, nogil=True)
@@ -136,8 +126,8 @@ def murmur3_64(data, start, end, seed):
     h2 ^= np.uint64(n)
     h1 += h2
     h2 += h1
-    h1 = _fmix64(h1)
-    h2 = _fmix64(h2)
+    h1 = fmix64(h1)
+    h2 = fmix64(h2)
     h1 += h2
     return h1
 
