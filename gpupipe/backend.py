@@ -112,14 +112,13 @@ def apply_kvikio_settings(env: dict[str, str]) -> dict[str, str]:
     import sys
 
     os.environ.update(env)
+    names = {"KVIKIO_COMPAT_MODE": "compat_mode", "KVIKIO_NTHREADS": "num_threads",
+             "KVIKIO_TASK_SIZE": "task_size"}
+    # connect() passes the whole extra worker environment: only KVIKIO_* keys concern KvikIO
+    values = {names[k]: (v if k == "KVIKIO_COMPAT_MODE" else int(v))
+              for k, v in env.items() if k in names}
     kvikio = sys.modules.get("kvikio")
-    if kvikio is not None and env:
-        names = {"KVIKIO_COMPAT_MODE": "compat_mode", "KVIKIO_NTHREADS": "num_threads",
-                 "KVIKIO_TASK_SIZE": "task_size"}
-        values = {}
-        for key, value in env.items():
-            name = names[key]
-            values[name] = value if name == "compat_mode" else int(value)
+    if kvikio is not None and values:
         try:
             kvikio.defaults.set(values)
         except Exception as e:  # an older KvikIO: the variables apply to new processes only
