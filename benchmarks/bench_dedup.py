@@ -170,7 +170,7 @@ def main() -> int:
 
     from gpupipe.stages import FuzzyDedup
     from gpupipe.stages.dedup.fuzzy import normalized_words
-    from gpupipe.stages.dedup.minhash import minhash, minhash_ngrams
+    from gpupipe.kernels.hashing import minhash, minhash_ngrams
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=2)

@@ -122,7 +122,7 @@ def compare(name, stage, dt_filter, parts, texts, mb, rename=None, check_text=Fa
 
 
 def bench_tokenizer(texts, mb):
-    from gpupipe.words import tokenize_texts
+    from gpupipe.kernels.words import tokenize_texts
 
     tokenize_texts(texts[:8])
     t0 = time.perf_counter()

@@ -6,9 +6,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpupipe.kernels import count_words
+from gpupipe.kernels import utf8
 
 __all__ = ["count_chars", "count_words"]
+
+
+def count_words(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Words per string, identical to ``len(s.split())``."""
+    return utf8.count_words(*utf8.utf8_buffers(arr))
 
 
 def count_chars(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 
 from gpupipe.charsets import DATATROVE_PUNCTUATION, DATATROVE_TERMINAL
-from gpupipe.words import tokenize_texts
+from gpupipe.kernels.words import tokenize_texts
 
 PUNCTUATION_SET = {chr(c) for lo, hi in DATATROVE_PUNCTUATION for c in range(lo, hi + 1)}
 TERMINAL_PUNCTUATION = tuple(chr(c) for lo, hi in DATATROVE_TERMINAL for c in range(lo, hi + 1))

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gpupipe.frame import STRING
 from gpupipe.stages import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
-from gpupipe.words import tokenize_texts
+from gpupipe.kernels.words import tokenize_texts
 from tests.stages import reference_filters as ref
 
 

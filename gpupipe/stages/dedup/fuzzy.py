@@ -59,7 +59,7 @@ def bands_for_threshold(threshold: float, num_hashes: int) -> tuple[int, int]:
 def normalized_words(arr) -> pa.Array:
     """datatrove-style word lists: accents stripped (NFKD, combining marks removed), lower
     case, ASCII digits -> 0, split on punctuation, symbols and whitespace (compiled kernel)."""
-    from gpupipe.kernels import split_words
+    from gpupipe.kernels.utf8 import split_words
 
     arr = pc.utf8_normalize(arr, form="NFKD")
     arr = pc.replace_substring_regex(arr, pattern=r"\p{Mn}+", replacement="")
@@ -74,7 +74,7 @@ class Signatures:
 
     def __call__(self, i: int) -> int:
         from gpupipe.io.writer import write_npy
-        from gpupipe.stages.dedup.minhash import minhash, minhash_ngrams
+        from gpupipe.kernels.hashing import minhash, minhash_ngrams
 
         df = self.source.read(i).frame
         arr = text_array(df[TEXT])

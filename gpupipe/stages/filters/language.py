@@ -15,7 +15,6 @@ import functools
 import os
 from typing import Annotated, ClassVar
 
-import numba
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -24,107 +23,19 @@ from pydantic import Field
 
 from gpupipe.errors import BackendUnavailableError
 from gpupipe.frame import TEXT, string_series, text_array
-from gpupipe.kernels import utf8_buffers
+from gpupipe.kernels.langid import langid, langid_model, prepare
+from gpupipe.kernels.utf8 import utf8_buffers
 from gpupipe.stages.base import Filter, first_failure, stage
 
 LANGUAGE = "language"
 LANGUAGE_SCORE = "language_score"
 
 
-@functools.cache
-def _langid_model():
-    """(nextmove uint32, rowbase int64, out_feat int32, ptc float32[f, c], pc float32[c],
-    classes, alias pairs) of py3langid's bundled model (loaded once per process, ~1 s)."""
-    try:
-        from py3langid.langid import MODEL_FILE, LanguageIdentifier
-    except ImportError:  # pragma: no cover - a dependency of gpupipe
-        raise BackendUnavailableError(
-            "language_id needs py3langid: pip install py3langid") from None
-    ident = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-    nextmove = np.asarray(ident.tk_nextmove, dtype=np.uint32)
-    rowbase = np.asarray(ident.tk_row, dtype=np.int64) << 8
-    out_feat = np.asarray(ident.tk_output, dtype=np.int32)
-    ptc = np.ascontiguousarray(np.asarray(ident.nb_ptc, dtype=np.float32))
-    prior = np.asarray(ident.nb_pc, dtype=np.float32)
-    first: dict[str, int] = {}
-    pairs = []
-    for i, c in enumerate(ident.nb_classes):
-        if c in first:
-            pairs.append((first[c], i))
-        else:
-            first[c] = i
-    alias = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-    return nextmove, rowbase, out_feat, ptc, prior, list(ident.nb_classes), alias
-
-
-@numba.njit(cache=True, nogil=True)
-def _langid(offsets, data, nextmove, rowbase, out_feat, ptc, prior, alias):
-    nd = offsets.shape[0] - 1
-    nclass = prior.shape[0]
-    best = np.zeros(nd, np.int32)
-    conf = np.zeros(nd, np.float32)
-    counts = np.zeros(ptc.shape[0], np.int32)
-    touched = np.empty(ptc.shape[0], np.int64)
-    scores = np.empty(nclass, np.float32)
-    for d in range(nd):
-        nt = 0
-        state = 0
-        for i in range(offsets[d], offsets[d + 1]):
-            state = nextmove[rowbase[state] + data[i]]
-            f = out_feat[state]
-            if f >= 0:
-                if counts[f] == 0:
-                    touched[nt] = f
-                    nt += 1
-                counts[f] += 1
-        n = offsets[d + 1] - offsets[d]
-        if nt == 0:
-            scores[:] = 0.0
-        else:
-            scores[:] = prior
-            for j in range(nt):
-                f = touched[j]
-                w = np.float32(np.log1p(np.float32(counts[f])))
-                counts[f] = 0
-                for c in range(nclass):
-                    scores[c] += w * ptc[f, c]
-        # normalise to probabilities exactly as py3langid does with norm_probs=True
-        scale = np.float32(1.0 / np.sqrt(n if n > 0 else 1))
-        for c in range(nclass):
-            scores[c] *= scale
-        top = scores.max()
-        total = np.float32(0.0)
-        for c in range(nclass):
-            scores[c] = np.exp(scores[c] - top)
-            total += scores[c]
-        for c in range(nclass):
-            scores[c] /= total
-        for a in range(alias.shape[0]):
-            scores[alias[a, 0]] += scores[alias[a, 1]]
-            scores[alias[a, 1]] = 0.0
-        k = 0
-        for c in range(1, nclass):
-            if scores[c] > scores[k]:
-                k = c
-        best[d] = k
-        conf[d] = scores[k]
-    return best, conf
-
-
-def _prepare(arr: pa.Array) -> pa.Array:
-    """py3langid's input: all-uppercase texts lowercased, then NFC."""
-    upper = pc.utf8_is_upper(arr)
-    if pc.any(upper).as_py():
-        arr = pc.if_else(upper, pc.utf8_lower(arr), arr)
-    return pc.utf8_normalize(arr, form="NFC")
-
-
 def identify(arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """(language codes, confidences) of a string array with py3langid's model."""
-    nextmove, rowbase, out_feat, ptc, prior, classes, alias = _langid_model()
-    offsets, data = utf8_buffers(_prepare(arr))
-    best, conf = _langid(offsets, data, nextmove, rowbase, out_feat, ptc, prior, alias)
-    return pa.array(classes, type=pa.large_string()).take(pa.array(best)), conf
+    model = langid_model()
+    best, conf = langid(*utf8_buffers(prepare(arr)), model)
+    return pa.array(model.classes, type=pa.large_string()).take(pa.array(best)), conf
 
 
 @functools.cache
@@ -171,7 +82,7 @@ class LanguageId(Filter):
         if self.fasttext_model is not None and not os.path.isfile(self.fasttext_model):
             raise ValueError(f"fasttext_model {self.fasttext_model!r} is not a file")
         if self.keep is not None and self.fasttext_model is None:
-            known = set(_langid_model()[5])
+            known = set(langid_model().classes)
             unknown = [c for c in self.keep if c not in known]
             if unknown:
                 raise ValueError(f"keep: {unknown} are not languages of the py3langid model "

@@ -1,9 +1,10 @@
 """The quality filters of Gopher, C4 and FineWeb, with the semantics of datatrove 0.10
 (../shared/FILTERS.md): same defaults, same order of checks, ``null`` disables a check.
 
-Each filter computes its per-document measures in one compiled pass (`gpupipe.words`) and decides
-with vectorised numpy. Words are `gpupipe.words.tokenize` tokens (an approximation of spaCy's
-English tokenizer that datatrove uses); `benchmarks/bench_filters.py` measures the agreement.
+Each filter computes its per-document measures in one compiled pass (`gpupipe.kernels`) and
+decides with vectorised numpy. Words are `gpupipe.kernels.words.tokenize` tokens (an
+approximation of spaCy's English tokenizer that datatrove uses); `benchmarks/bench_filters.py`
+measures the agreement.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from gpupipe.frame import TEXT, string_series, text_array
-from gpupipe.stages.base import Filter, first_failure, stage
-from gpupipe.words import (
+from gpupipe.kernels.quality import (
     C4_LINE_FEW_WORDS,
     C4_LINE_JAVASCRIPT,
     C4_LINE_KEPT,
@@ -34,14 +34,13 @@ from gpupipe.words import (
     GQ_NONSYM_CHARS,
     GQ_STOP_WORDS,
     GQ_WORDS,
-    _c4,
-    _max_len,
-    char_table,
+    c4_rewrite,
     fineweb_features,
     gopher_quality_features,
-    gopher_repetition_features,
-    utf8_buffers,
 )
+from gpupipe.kernels.repetition import gopher_repetition_features
+from gpupipe.kernels.utf8 import utf8_buffers
+from gpupipe.stages.base import Filter, first_failure, stage
 
 Count = Annotated[int | None, Field(ge=0)]
 Fraction = Annotated[float | None, Field(ge=0)]
@@ -252,15 +251,14 @@ class C4Quality(Filter):
 
     def evaluate(self, df):
         offsets, data = _buffers(df)
-        pol = [p.lower() for p in self.policy_substrings]
-        pol_cp = np.array([ord(c) for p in pol for c in p], dtype=np.int32)
-        pol_off = np.zeros(len(pol) + 1, np.int64)
-        pol_off[1:] = np.cumsum([len(p) for p in pol])
-        codes, out, out_off, lines = _c4(
-            offsets, data, char_table(), self.max_word_length, self.remove_citations,
-            self.filter_no_terminal_punct, self.min_words_per_line, self.filter_lorem_ipsum,
-            self.filter_javascript, self.filter_curly_bracket, self.filter_policy, pol_cp,
-            pol_off, self.min_num_sentences, _max_len(offsets))
+        codes, out, out_off, lines = c4_rewrite(
+            offsets, data, max_word_length=self.max_word_length,
+            remove_citations=self.remove_citations, terminal_punct=self.filter_no_terminal_punct,
+            min_words=self.min_words_per_line, lorem=self.filter_lorem_ipsum,
+            javascript=self.filter_javascript, curly=self.filter_curly_bracket,
+            policy=self.filter_policy, policy_substrings=self.policy_substrings,
+            min_sentences=self.min_num_sentences)
+        lines = lines.sum(axis=0)
         new = pa.LargeStringArray.from_buffers(len(df), pa.py_buffer(out_off), pa.py_buffer(out))
         keep = codes == 0
         if not keep.all():  # rows that are dropped (or only flagged) keep their text

@@ -10,8 +10,9 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from gpupipe.frame import ID, TEXT, text_array
+from gpupipe.kernels.utf8 import utf8_buffers
+from gpupipe.kernels.words import count_tokens
 from gpupipe.stages.base import Filter, first_failure, stage
-from gpupipe.words import count_tokens, utf8_buffers
 
 Count = Annotated[int | None, Field(ge=0)]
 

@@ -9,7 +9,8 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from gpupipe.frame import TEXT, string_series, text_array
-from gpupipe.kernels import needs_normalization
+from gpupipe.kernels.normalize import needs_normalization
+from gpupipe.kernels.utf8 import utf8_buffers
 from gpupipe.stages.base import StageResult, Transform, stage
 
 # Line separators other than "\n" (CR LF, CR, VT, FF, NEL, LINE/PARAGRAPH SEPARATOR).
@@ -22,7 +23,7 @@ _UNICODE_SPACES = r"[\x{a0}\x{1680}\x{2000}-\x{200a}\x{202f}\x{205f}\x{3000}]"
 
 def _normalize(arr, form: str):
     """Unicode normalisation of only the strings it can change (most text is already NFC)."""
-    need = needs_normalization(arr, form)
+    need = needs_normalization(*utf8_buffers(arr), form)
     if not need.any():
         return arr
     if need.all():

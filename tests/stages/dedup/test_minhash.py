@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupipe.stages.dedup.minhash import minhash, minhash_ngrams, murmur3_32, murmur3_64
+from gpupipe.kernels.hashing import minhash, minhash_ngrams, murmur3_32, murmur3_64
 
 # a verbatim copy of the team's shared/minhash_vectors.json (cuDF's published outputs)
 VECTORS = Path(__file__).resolve().parents[2] / "golden" / "minhash_vectors.json"

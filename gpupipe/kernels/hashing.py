@@ -1,4 +1,4 @@
-"""MinHash signatures on CPU, bit-identical to cuDF's ``nvtext`` minhash (numba kernels).
+"""Hash functions and MinHash signatures, bit-identical to cuDF's ``nvtext`` minhash (numba kernels).
 
 Algorithm (shared/FILTERS.md; pinned by shared/minhash_vectors.json):
 
@@ -18,23 +18,40 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from gpupipe.kernels import fmix64, utf8_buffers
+from gpupipe.kernels.target import device
+from gpupipe.kernels.utf8 import utf8_buffers
+
+__all__ = ["MERSENNE_61", "fmix64", "minhash", "minhash_ngrams", "murmur3_32", "murmur3_64"]
+
+_U64 = np.uint64
+
+
+@device
+def fmix64(k):
+    """MurmurHash3's 64-bit finaliser: a bijective mix of all bits of ``k`` (uint64)."""
+    k ^= k >> _U64(33)
+    k *= _U64(0xFF51AFD7ED558CCD)
+    k ^= k >> _U64(33)
+    k *= _U64(0xC4CEB9FE1A85EC53)
+    k ^= k >> _U64(33)
+    return k
+
 
 _M32 = np.uint32(0xFFFFFFFF)
 MERSENNE_61 = np.uint64((1 << 61) - 1)
 
 
-@numba.njit(inline="always")
+@device
 def _rotl32(x, r):
     return ((x << np.uint32(r)) | (x >> np.uint32(32 - r))) & np.uint32(0xFFFFFFFF)
 
 
-@numba.njit(inline="always")
+@device
 def _rotl64(x, r):
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
 
 
-@numba.njit(cache=True, nogil=True)
+@device
 def murmur3_32(data, start, end, seed):
     """MurmurHash3_x86_32 of ``data[start:end]`` (== ``mmh3.hash(bytes, seed, signed=False)``)."""
     c1 = np.uint32(0xCC9E2D51)
@@ -74,7 +91,7 @@ def murmur3_32(data, start, end, seed):
     return h
 
 
-@numba.njit(cache=True, nogil=True)
+@device
 def murmur3_64(data, start, end, seed):
     """First 64 bits of MurmurHash3_x64_128 with both states seeded by the 64-bit ``seed``."""
     c1 = np.uint64(0x87C37B91114253D5)
@@ -132,7 +149,7 @@ def murmur3_64(data, start, end, seed):
     return h1
 
 
-@numba.njit(cache=True, nogil=True)
+@device
 def _update32(h, a, b, out_row):
     if h == 0:
         h = np.uint32(1)
@@ -142,7 +159,7 @@ def _update32(h, a, b, out_row):
             out_row[j] = v
 
 
-@numba.njit(cache=True, nogil=True)
+@device
 def _update64(h, a, b, out_row):
     if h == 0:
         h = np.uint64(1)
@@ -156,37 +173,56 @@ def _update64(h, a, b, out_row):
             out_row[j] = v
 
 
-@numba.njit(cache=True, nogil=True)
-def _char_windows(offsets, data, width, seed, a, b, out, bits64):
-    for k in range(out.shape[0]):
-        start = offsets[k]
-        end = offsets[k + 1]
-        row = out[k]
-        if end == start:
-            row[:] = 0
-            continue
-        row[:] = np.iinfo(out.dtype).max
-        i = start
-        while i < end:
-            # window of `width` characters starting at byte i (a character start)
-            j = i
-            chars = 0
-            while j < end and chars < width:
+@device
+def _fill(row, ones):
+    """Every element of ``row`` to 0, or to all one bits (the type's maximum)."""
+    for j in range(row.shape[0]):
+        row[j] = 0
+        if ones:
+            row[j] = ~row[j]
+
+
+@device
+def minhash_doc(data, start, end, width, seed, a, b, row, bits64):
+    """Signature of the string ``data[start:end]`` into ``row``: the minimum over its windows of
+    ``width`` characters (one window if shorter; all zeros if empty)."""
+    if end == start:
+        _fill(row, False)
+        return
+    _fill(row, True)
+    i = start
+    while i < end:
+        # window of `width` characters starting at byte i (a character start)
+        j = i
+        chars = 0
+        while j < end and chars < width:
+            j += 1
+            while j < end and (data[j] & 0xC0) == 0x80:
                 j += 1
-                while j < end and (data[j] & 0xC0) == 0x80:
-                    j += 1
-                chars += 1
-            if chars < width and i != start:
-                break  # past the end: only a string shorter than width has a short window
-            if bits64:
-                _update64(murmur3_64(data, i, j, seed), a, b, row)
-            else:
-                _update32(murmur3_32(data, i, j, seed), a, b, row)
-            if j == end:
-                break
+            chars += 1
+        if chars < width and i != start:
+            break  # past the end: only a string shorter than width has a short window
+        if bits64:
+            _update64(murmur3_64(data, i, j, seed), a, b, row)
+        else:
+            _update32(murmur3_32(data, i, j, seed), a, b, row)
+        if j == end:
+            break
+        i += 1
+        while i < end and (data[i] & 0xC0) == 0x80:
             i += 1
-            while i < end and (data[i] & 0xC0) == 0x80:
-                i += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _minhash_cpu(offsets, data, width, seed, a, b, out, bits64):
+    for d in range(out.shape[0]):
+        minhash_doc(data, offsets[d], offsets[d + 1], width, seed, a, b, out[d], bits64)
+
+
+def minhash_params(seed: int, a, b, bits: int):
+    """(seed, a, b) as the unsigned type of ``bits`` (32 or 64)."""
+    dt = np.uint64 if bits == 64 else np.uint32
+    return dt(seed), np.asarray(a, dtype=dt), np.asarray(b, dtype=dt)
 
 
 def minhash(strings, *, seed: int, a, b, width: int, bits: int = 32) -> np.ndarray:
@@ -195,57 +231,69 @@ def minhash(strings, *, seed: int, a, b, width: int, bits: int = 32) -> np.ndarr
         raise ValueError("width must be at least 2 (as in cuDF)")
     arr = pa.array(strings, pa.large_string()) if not isinstance(strings, pa.Array) else strings
     offsets, data = utf8_buffers(arr)
-    dt = np.uint64 if bits == 64 else np.uint32
-    a = np.asarray(a, dtype=dt)
-    b = np.asarray(b, dtype=dt)
-    out = np.empty((len(offsets) - 1, len(a)), dtype=dt)
-    _char_windows(offsets, data, width, dt(seed), a, b, out, bits == 64)
+    seed, a, b = minhash_params(seed, a, b, bits)
+    out = np.empty((len(offsets) - 1, len(a)), dtype=a.dtype)
+    _minhash_cpu(offsets, data, width, seed, a, b, out, bits == 64)
     return out
 
 
+@device
+def minhash_ngrams_doc(list_offsets, r, offsets, data, ngrams, seed, a, b, row, bits64, buf):
+    """Signature of list row ``r`` into ``row``: windows are ``ngrams + 1`` consecutive elements
+    concatenated in ``buf`` (cuDF's published outputs pin the ``+ 1``); a shorter row is one
+    window, an empty row gives all zeros."""
+    first = list_offsets[r]
+    last = list_offsets[r + 1]
+    if last == first:
+        _fill(row, False)
+        return
+    _fill(row, True)
+    span = ngrams + 1
+    n_windows = max(1, last - first - span + 1)
+    for w in range(n_windows):
+        stop = min(first + w + span, last)
+        size = 0
+        for s in range(first + w, stop):
+            for p in range(offsets[s], offsets[s + 1]):
+                buf[size] = data[p]
+                size += 1
+        if bits64:
+            _update64(murmur3_64(buf, 0, size, seed), a, b, row)
+        else:
+            _update32(murmur3_32(buf, 0, size, seed), a, b, row)
+
+
 @numba.njit(cache=True, nogil=True)
-def _word_windows(list_offsets, offsets, data, ngrams, seed, a, b, out, bits64, buf):
+def _minhash_ngrams_cpu(list_offsets, offsets, data, ngrams, seed, a, b, out, bits64, buf):
     for r in range(out.shape[0]):
-        first = list_offsets[r]
-        last = list_offsets[r + 1]
-        row = out[r]
-        count = last - first
-        if count == 0:
-            row[:] = 0
-            continue
-        row[:] = np.iinfo(out.dtype).max
-        # cuDF hashes ngrams + 1 consecutive elements per window (pinned by its published
-        # outputs in shared/minhash_vectors.json); a shorter row is one window
-        span = ngrams + 1
-        n_windows = max(1, count - span + 1)
-        for w in range(n_windows):
-            stop = min(first + w + span, last)
-            size = 0
-            for s in range(first + w, stop):
-                for p in range(offsets[s], offsets[s + 1]):
-                    buf[size] = data[p]
-                    size += 1
-            if bits64:
-                _update64(murmur3_64(buf, 0, size, seed), a, b, row)
-            else:
-                _update32(murmur3_32(buf, 0, size, seed), a, b, row)
+        minhash_ngrams_doc(list_offsets, r, offsets, data, ngrams, seed, a, b, out[r], bits64,
+                           buf)
+
+
+def list_buffers(lists) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(list offsets, element offsets, UTF-8 data)`` of a ``list<string>`` array."""
+    arr = lists if isinstance(lists, pa.Array | pa.ChunkedArray) else pa.array(
+        lists, pa.list_(pa.large_string()))
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    list_offsets = np.asarray(arr.offsets, dtype=np.int64)
+    # .flatten() honours a sliced array's offset; the offsets then start at 0
+    offsets, data = utf8_buffers(arr.flatten().cast(pa.large_string()))
+    return list_offsets - list_offsets[0], offsets, data
+
+
+def ngram_buffer_size(list_offsets, offsets, ngrams: int) -> int:
+    """Bytes of the longest window of ``ngrams + 1`` elements (an upper bound)."""
+    if len(offsets) <= 1:
+        return 1
+    return max(1, int(np.max(np.diff(offsets))) * (ngrams + 1))
 
 
 def minhash_ngrams(lists, *, ngrams: int, seed: int, a, b, bits: int = 32) -> np.ndarray:
     """Signatures over concatenated word n-grams of a list<string> array (``minhash_ngrams``)."""
-    arr = lists if isinstance(lists, pa.Array) else pa.array(lists, pa.list_(pa.large_string()))
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    list_offsets = np.asarray(arr.offsets, dtype=np.int64)
-    words = arr.values.cast(pa.large_string())
-    offsets, data = utf8_buffers(words)
-    dt = np.uint64 if bits == 64 else np.uint32
-    a = np.asarray(a, dtype=dt)
-    b = np.asarray(b, dtype=dt)
-    out = np.empty((len(arr), len(a)), dtype=dt)
-    longest = 0
-    if len(offsets) > 1:
-        longest = int(np.max(np.diff(offsets))) * (ngrams + 1)
-    buf = np.empty(max(longest, 1), dtype=np.uint8)
-    _word_windows(list_offsets, offsets, data, ngrams, dt(seed), a, b, out, bits == 64, buf)
+    list_offsets, offsets, data = list_buffers(lists)
+    seed, a, b = minhash_params(seed, a, b, bits)
+    out = np.empty((len(list_offsets) - 1, len(a)), dtype=a.dtype)
+    buf = np.empty(ngram_buffer_size(list_offsets, offsets, ngrams), dtype=np.uint8)
+    _minhash_ngrams_cpu(list_offsets, offsets, data, ngrams, seed, a, b, out, bits == 64, buf)
     return out

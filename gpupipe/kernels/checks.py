@@ -1,0 +1,305 @@
+"""Every kernel run on both targets and compared bit for bit: what ``gpupipe check-gpu`` and the
+simulator tests run.
+
+A `Check` holds a kernel's CPU call and GPU call on the same `Sample` and the arrays they return;
+a document is a mismatch when any of its results differs in any bit.
+
+    python -m gpupipe.kernels.checks [PATH] [--sample N] [--json]
+
+runs the comparison in this process; ``NUMBA_ENABLE_CUDASIM=1`` in the environment makes the GPU
+side the CUDA simulator (``gpupipe check-gpu --simulate`` starts it that way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from gpupipe.kernels import hashing, langid, normalize, quality, repetition, utf8, words
+
+STOP_WORDS = ["the", "be", "to", "of", "and", "that", "have", "with"]
+POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
+          "use cookies")
+C4_OPTIONS = dict(max_word_length=1000, remove_citations=True, terminal_punct=True, min_words=3,
+                  lorem=True, javascript=True, curly=True, policy=True,
+                  policy_substrings=POLICY, min_sentences=5)
+# the hashing of fuzzy_dedup's presets (shared/FILTERS.md) with fewer permutations: each one is
+# the same arithmetic, and the simulator pays for every one
+_RNG = np.random.default_rng(42)
+A32, B32 = (_RNG.integers(lo, 2**32, 16, dtype=np.uint64) for lo in (1, 0))
+A64, B64 = (_RNG.integers(lo, 2**61 - 1, 8, dtype=np.uint64) for lo in (1, 0))
+
+
+@dataclasses.dataclass
+class Sample:
+    """Documents in the forms the kernels read: the UTF-8 view of the text, the shingle words
+    of fuzzy dedup (list<string>) and the text as language id prepares it."""
+
+    texts: pa.Array
+    offsets: np.ndarray
+    data: np.ndarray
+    lists: tuple[np.ndarray, np.ndarray, np.ndarray]
+    langid_offsets: np.ndarray
+    langid_data: np.ndarray
+
+    @classmethod
+    def of(cls, texts) -> Sample:
+        arr = texts if isinstance(texts, pa.Array) else pa.array(list(texts), pa.large_string())
+        arr = arr.cast(pa.large_string()).fill_null("")
+        offsets, data = utf8.utf8_buffers(arr)
+        prepared = langid.prepare(arr)
+        lo, ld = utf8.utf8_buffers(prepared)
+        return cls(arr, offsets, data, hashing.list_buffers(utf8.split_words(arr)), lo, ld)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.offsets[-1] - self.offsets[0])
+
+
+def synthetic_sample() -> Sample:
+    """A few short texts that reach every branch the checks' types need (compile-only mode)."""
+    return Sample.of(["", "a", "Hello, world... It's the end.\n\nSecond line [1] here!",
+                      "東京は日本の首都です。", "naïve café 😀 e\u0301", "x" * 40])
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    name: str
+    #: what the kernel serves
+    used_by: str
+    cpu: Callable[[Sample], tuple]
+    gpu: Callable[[Sample], tuple]
+
+    def compare(self, sample: Sample) -> dict:
+        """Run both sides; documents compared, mismatching documents, docs/s and MB/s each."""
+        self.cpu(_head(sample))  # compile outside the timing
+        t0 = time.perf_counter()
+        cpu = self.cpu(sample)
+        t_cpu = time.perf_counter() - t0
+        self.gpu(_head(sample))
+        t0 = time.perf_counter()
+        gpu = self.gpu(sample)
+        t_gpu = time.perf_counter() - t0
+        bad = _mismatches(cpu, gpu, len(sample))
+        n, mb = len(sample), sample.nbytes / 1e6
+        return {"kernel": self.name, "used_by": self.used_by, "docs": n,
+                "mismatches": int(bad.sum()), "first_mismatch": int(np.argmax(bad))
+                if bad.any() else None,
+                "cpu_docs_per_s": n / t_cpu if t_cpu else None,
+                "gpu_docs_per_s": n / t_gpu if t_gpu else None,
+                "cpu_mb_per_s": mb / t_cpu if t_cpu else None,
+                "gpu_mb_per_s": mb / t_gpu if t_gpu else None}
+
+
+def _head(sample: Sample, k: int = 4) -> Sample:
+    return Sample.of(sample.texts.slice(0, min(k, len(sample))))
+
+
+def _rows_equal(x: np.ndarray, y: np.ndarray, n: int) -> np.ndarray:
+    x, y = np.asarray(x), np.asarray(y)
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return np.zeros(n, bool)
+    if x.dtype.kind == "f":  # bit for bit, NaNs included
+        x = x.view(np.uint32 if x.itemsize == 4 else np.uint64)
+        y = y.view(np.uint32 if y.itemsize == 4 else np.uint64)
+    eq = x == y
+    return eq.reshape(n, -1).all(axis=1) if eq.ndim > 1 else eq
+
+
+def _mismatches(cpu: tuple, gpu: tuple, n: int) -> np.ndarray:
+    """Per document: any result differs. A `Text` result compares each document's bytes."""
+    bad = np.zeros(n, bool)
+    for x, y in zip(cpu, gpu, strict=True):
+        if isinstance(x, Text):
+            bad |= ~x.equal(y)
+        else:
+            bad |= ~_rows_equal(x, y, n)
+    return bad
+
+
+@dataclasses.dataclass
+class Text:
+    """UTF-8 data with per-document offsets (C4's rewritten text)."""
+
+    data: np.ndarray
+    offsets: np.ndarray
+
+    def doc(self, i: int) -> bytes:
+        return self.data[self.offsets[i] - self.offsets[0]: self.offsets[i + 1]
+                         - self.offsets[0]].tobytes()
+
+    def equal(self, other: Text) -> np.ndarray:
+        return np.array([self.doc(i) == other.doc(i) for i in range(len(self.offsets) - 1)],
+                        dtype=bool)
+
+
+def _gpu():
+    from gpupipe.kernels import gpu
+
+    return gpu
+
+
+def _c4(result) -> tuple:
+    codes, text, offsets, counts = result
+    return codes, Text(text, offsets), counts
+
+
+def _langid_cpu(s: Sample) -> tuple:
+    scores = langid.langid_scores(s.langid_offsets, s.langid_data)
+    return (scores, *langid.pick(scores))
+
+
+def _langid_gpu(s: Sample) -> tuple:
+    scores = _gpu().langid_scores(s.langid_offsets, s.langid_data)
+    return (scores, *langid.pick(scores))
+
+
+TOP, DUP = [2, 3, 4], [5, 6, 7, 8, 9, 10]
+
+CHECKS: tuple[Check, ...] = (
+    Check("count_words", "length_filter (words), word_count_filter (whitespace)",
+          lambda s: (utf8.count_words(s.offsets, s.data),),
+          lambda s: (_gpu().count_words(s.offsets, s.data),)),
+    Check("normalize_quick_check", "normalize_text (NFC and NFKC)",
+          lambda s: (normalize.needs_normalization(s.offsets, s.data, "NFC"),
+                     normalize.needs_normalization(s.offsets, s.data, "NFKC")),
+          lambda s: (_gpu().needs_normalization(s.offsets, s.data, "NFC"),
+                     _gpu().needs_normalization(s.offsets, s.data, "NFKC"))),
+    Check("word_tokens", "word_count_filter (tokens, words)",
+          lambda s: (words.count_tokens(s.offsets, s.data, False),
+                     words.count_tokens(s.offsets, s.data, True)),
+          lambda s: (_gpu().count_tokens(s.offsets, s.data, False),
+                     _gpu().count_tokens(s.offsets, s.data, True))),
+    Check("gopher_quality", "gopher_quality",
+          lambda s: (quality.gopher_quality_features(s.offsets, s.data, STOP_WORDS),),
+          lambda s: (_gpu().gopher_quality_features(s.offsets, s.data, STOP_WORDS),)),
+    Check("gopher_repetition", "gopher_repetition",
+          lambda s: repetition.gopher_repetition_features(s.offsets, s.data, TOP, DUP),
+          lambda s: _gpu().gopher_repetition_features(s.offsets, s.data, TOP, DUP)),
+    Check("fineweb_quality", "fineweb_quality",
+          lambda s: (quality.fineweb_features(s.offsets, s.data, None, 30),
+                     quality.fineweb_features(s.offsets, s.data, ".!?", 30)),
+          lambda s: (_gpu().fineweb_features(s.offsets, s.data, None, 30),
+                     _gpu().fineweb_features(s.offsets, s.data, ".!?", 30))),
+    Check("c4_quality", "c4_quality (reason codes, rewritten text, line counts)",
+          lambda s: _c4(quality.c4_rewrite(s.offsets, s.data, **C4_OPTIONS)),
+          lambda s: _c4(_gpu().c4_rewrite(s.offsets, s.data, **C4_OPTIONS))),
+    Check("minhash_chars", "fuzzy_dedup preset nemo (char shingles, 32 and 64 bit)",
+          lambda s: (hashing.minhash(s.texts, seed=42, a=A32, b=B32, width=24),
+                     hashing.minhash(s.texts, seed=42, a=A64, b=B64, width=24, bits=64)),
+          lambda s: (_gpu().minhash(s.offsets, s.data, seed=42, a=A32, b=B32, width=24),
+                     _gpu().minhash(s.offsets, s.data, seed=42, a=A64, b=B64, width=24,
+                                    bits=64))),
+    Check("minhash_words", "fuzzy_dedup preset datatrove (word 5-grams, 64 bit)",
+          lambda s: (hashing.minhash_ngrams(
+              pa.LargeListArray.from_arrays(
+                  pa.array(s.lists[0]), pa.LargeStringArray.from_buffers(
+                      len(s.lists[1]) - 1, pa.py_buffer(s.lists[1]), pa.py_buffer(s.lists[2]))),
+              ngrams=4, seed=1, a=A64, b=B64, bits=64),),
+          lambda s: (_gpu().minhash_ngrams(*s.lists, ngrams=4, seed=1, a=A64, b=B64,
+                                           bits=64),)),
+    Check("language_id", "language_id (scores, label, probability)", _langid_cpu, _langid_gpu),
+)
+
+
+# --------------------------------------------------------------------------- documents
+
+def load_texts(path: str, n: int, *, max_doc_bytes: int | None = None) -> pa.Array:
+    """Up to ``n`` documents spread over the JSONL / Parquet files under ``path`` (every k-th
+    document, deterministic), optionally cut to ``max_doc_bytes`` at a character boundary."""
+    from gpupipe.io.files import common_root, expand_paths
+    from gpupipe.io.jsonl import JSONL_SUFFIXES, JsonlSource
+    from gpupipe.io.parquet import PARQUET_SUFFIXES, ParquetSource
+
+    files = expand_paths(path, suffixes=JSONL_SUFFIXES + PARQUET_SUFFIXES)
+    root = common_root(files)
+    parts = []
+    for f in files:
+        cls = ParquetSource if f.endswith(PARQUET_SUFFIXES) else JsonlSource
+        frame = cls(files=(f,), root=root, on_error="skip").read(0).frame
+        parts.append(pa.array(frame["text"], type=pa.large_string(), from_pandas=True))
+    texts = pa.chunked_array(parts, pa.large_string()).combine_chunks() if parts else pa.array(
+        [], pa.large_string())
+    if len(texts) > n:
+        texts = texts.take(pa.array(np.linspace(0, len(texts) - 1, n).astype(np.int64)))
+    if max_doc_bytes is not None:
+        texts = pa.array([_cut(t, max_doc_bytes) for t in texts.to_pylist()], pa.large_string())
+    return texts
+
+
+def _cut(text: str | None, limit: int) -> str:
+    raw = (text or "").encode()[:limit]
+    return raw.decode("utf-8", errors="ignore")
+
+
+def run(texts, *, names: list[str] | None = None, progress=None) -> list[dict]:
+    """Compare every kernel (or those named) on ``texts``; one result dict each."""
+    sample = Sample.of(texts)
+    out = []
+    for check in CHECKS:
+        if names and check.name not in names:
+            continue
+        if progress:
+            progress(check.name)
+        out.append(check.compare(sample))
+    return out
+
+
+def format_table(results: list[dict]) -> str:
+    head = f"{'kernel':<22}{'docs':>7}{'mismatches':>12}{'CPU docs/s':>13}{'GPU docs/s':>13}" \
+           f"{'CPU MB/s':>10}{'GPU MB/s':>10}"
+    lines = [head, "-" * len(head)]
+    for r in results:
+        lines.append(f"{r['kernel']:<22}{r['docs']:>7}{r['mismatches']:>12}"
+                     f"{r['cpu_docs_per_s'] or 0:>13,.0f}{r['gpu_docs_per_s'] or 0:>13,.0f}"
+                     f"{r['cpu_mb_per_s'] or 0:>10.2f}{r['gpu_mb_per_s'] or 0:>10.2f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gpupipe.kernels.checks")
+    p.add_argument("path", nargs="?", default="data")
+    p.add_argument("--sample", type=int, default=1000)
+    p.add_argument("--max-doc-bytes", type=int, default=None)
+    p.add_argument("--kernel", action="append", default=None)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    from gpupipe.errors import GpupipeError
+    from gpupipe.kernels.gpu import usable
+
+    ok, why = usable()
+    if not ok:
+        print(f"check-gpu: no usable GPU: {why}", file=sys.stderr)
+        return 2
+    try:
+        texts = load_texts(args.path, args.sample, max_doc_bytes=args.max_doc_bytes)
+    except GpupipeError as e:
+        print(f"check-gpu: {e}", file=sys.stderr)
+        return 2
+    results = run(texts, names=args.kernel,
+                  progress=None if args.json else lambda k: print(f"  {k} ...", file=sys.stderr))
+    if args.json:
+        print(json.dumps({"device": why, "results": results}, indent=2))
+    else:
+        print(f"GPU side: {why}; {len(texts)} documents from {args.path}")
+        print(format_table(results))
+    bad = sum(r["mismatches"] for r in results)
+    if bad:
+        print(f"check-gpu: {bad} mismatching document results: the GPU kernels do not agree "
+              f"with the CPU kernels", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,534 @@
+"""CUDA kernels and their launchers: one thread per document, each calling the same routine the
+CPU launcher calls (`gpupipe.kernels.target`).
+
+A launcher takes the UTF-8 view of a string column as host numpy arrays (copied to the device)
+or as device arrays (anything with ``__cuda_array_interface__``, e.g. the offsets child and chars
+data of a cuDF string column, zero-copy; see `column_buffers`). It cuts the documents into chunks
+of at most ``chunk_bytes`` of text, gives every document of a chunk its own slice of scratch (as
+long as the document, tables twice that), and returns numpy arrays shaped like the CPU
+launcher's.
+
+Why one thread per document and not one warp: the routines are sequential scans with
+data-dependent branches (a tokenizer, hash tables), which a warp could only share by being
+rewritten, and one source for both targets is the point. Long documents are the price: a chunk
+takes as long as its longest document, which `bench_gpu.py` measures.
+
+`compile_ptx` compiles every kernel for given architectures with no GPU present; `usable` says
+whether a GPU can run them. Only this module imports ``numba.cuda``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+
+import numpy as np
+from numba import cuda
+
+from gpupipe.charsets import char_table
+from gpupipe.kernels import hashing, langid, normalize, quality, repetition, utf8, words
+from gpupipe.kernels.target import SIMULATOR, max_len
+
+THREADS = 32 if SIMULATOR else 128
+CHUNK_BYTES = 1 << 26  # 64 MiB of text per launch: scratch is ~100 bytes per byte of text
+
+
+# --------------------------------------------------------------------------- availability
+
+@functools.lru_cache(maxsize=1)
+def usable() -> tuple[bool, str]:
+    """(True, device name) when a GPU runs a kernel here (or the simulator is on)."""
+    if SIMULATOR:
+        return True, "CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
+    try:
+        if not cuda.is_available():
+            return False, "no CUDA driver or GPU is visible to numba-cuda"
+        out = cuda.device_array(4, dtype=np.int64)
+        _probe[1, 4](out)
+        if list(out.copy_to_host()) != [0, 1, 4, 9]:
+            return False, "a test kernel returned a wrong result"
+        dev = cuda.get_current_device()
+        name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+        return True, f"{name} (compute capability {dev.compute_capability[0]}."\
+                     f"{dev.compute_capability[1]})"
+    except Exception as e:  # no driver, no device, a broken install
+        return False, f"{type(e).__name__}: {e}"
+
+
+@cuda.jit
+def _probe(out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = i * i
+
+
+# --------------------------------------------------------------------------- compile-only mode
+
+class _PtxMode:
+    """While active, launches compile their kernel for ``ccs`` instead of running it."""
+
+    ccs: tuple[tuple[int, int], ...] | None = None
+    results: list = []
+    seen: set = set()
+
+
+@contextlib.contextmanager
+def _ptx_mode(ccs):
+    import numba.cuda.dispatcher as dispatcher
+
+    class _Device:  # what compiling a call to a device function asks of the current device
+        compute_capability = ccs[0]
+
+    saved = dispatcher.get_current_device
+    dispatcher.get_current_device = lambda: _Device
+    _PtxMode.ccs, _PtxMode.results, _PtxMode.seen = tuple(ccs), [], set()
+    try:
+        yield _PtxMode.results
+    finally:
+        dispatcher.get_current_device = saved
+        _PtxMode.ccs = None
+
+
+def compile_ptx(archs: list[str]) -> list[dict]:
+    """Compile every kernel to PTX for ``archs`` (``["sm_80", "sm_90"]``); no GPU needed.
+    One record per kernel and architecture: ``{kernel, arch, ptx_bytes}``; raises on the first
+    typing or lowering error, naming the kernel."""
+    from gpupipe.kernels.checks import CHECKS, synthetic_sample
+
+    ccs = []
+    for a in archs:
+        digits = a.removeprefix("sm_").removeprefix("compute_")
+        if not digits.isdigit() or len(digits) < 2:
+            raise ValueError(f"architecture {a!r}: expected sm_XY, e.g. sm_80 or sm_90")
+        ccs.append((int(digits[:-1]), int(digits[-1])))
+    sample = synthetic_sample()
+    out = []
+    for cc in ccs:
+        with _ptx_mode([cc]) as results:
+            for check in CHECKS:
+                before = len(results)
+                check.gpu(sample)
+                for kernel_name, ptx in results[before:]:
+                    out.append({"kernel": check.name, "cuda_kernel": kernel_name,
+                                "arch": f"sm_{cc[0]}{cc[1]}", "ptx_bytes": len(ptx)})
+    return out
+
+
+def _launch(kernel, n: int, *args) -> None:
+    if n == 0:
+        return
+    if _PtxMode.ccs is not None:
+        from numba import typeof
+
+        sig = tuple(typeof(a) for a in args)
+        for cc in _PtxMode.ccs:
+            key = (kernel.py_func.__name__, sig, cc)
+            if key in _PtxMode.seen:
+                continue
+            _PtxMode.seen.add(key)
+            try:
+                ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc)
+            except Exception as e:
+                raise RuntimeError(f"CUDA kernel {kernel.py_func.__name__} does not compile "
+                                   f"for sm_{cc[0]}{cc[1]}: {e}") from e
+            _PtxMode.results.append((kernel.py_func.__name__, ptx))
+        return
+    kernel[(n + THREADS - 1) // THREADS, THREADS](*args)
+
+
+# --------------------------------------------------------------------------- buffers
+
+def _is_device(x) -> bool:
+    if SIMULATOR:
+        from gpupipe.kernels.target import _fake_array_types
+
+        return isinstance(x, _fake_array_types())
+    return hasattr(x, "__cuda_array_interface__")
+
+
+def to_device(x):
+    """A device array of ``x`` (zero-copy for a device array; a copy of host memory)."""
+    if _PtxMode.ccs is not None:
+        return np.array(x)  # compile only: a writable host array of the same type
+    if _is_device(x):
+        return cuda.as_cuda_array(x)
+    return cuda.to_device(np.ascontiguousarray(x))
+
+
+def _zeros(shape, dtype):
+    if _PtxMode.ccs is not None:
+        return np.zeros(shape, dtype)
+    if SIMULATOR:  # a fill kernel would run one Python thread per element
+        return cuda.to_device(np.zeros(shape, dtype))
+    out = cuda.device_array(shape, dtype=dtype)
+    if out.size:
+        _fill_zero[max(1, (out.size + 255) // 256), 256](out.reshape(out.size))
+    return out
+
+
+def _empty(shape, dtype):
+    return np.empty(shape, dtype) if _PtxMode.ccs is not None else cuda.device_array(
+        shape, dtype=dtype)
+
+
+@cuda.jit
+def _fill_zero(x):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        x[i] = 0
+
+
+def to_host(x) -> np.ndarray:
+    return x if isinstance(x, np.ndarray) else x.copy_to_host()
+
+
+def column_buffers(column):
+    """``(offsets, chars)`` device arrays of a cuDF string column or Series, zero-copy: the
+    offsets child (int32, or int64 for large strings) and the character data, honouring the
+    column's offset."""
+    col = column
+    if hasattr(col, "to_pylibcudf"):  # a cudf.Series or cudf column
+        col = col.to_pylibcudf(mode="read")
+        col = col[0] if isinstance(col, tuple) else col
+    n = col.size()
+    offsets = cuda.as_cuda_array(col.child(0).data()).view(
+        np.int64 if col.child(0).type().id().name == "INT64" else np.int32)
+    offsets = offsets[col.offset(): col.offset() + n + 1]
+    data = col.data()
+    chars = cuda.as_cuda_array(data).view(np.uint8) if data is not None else cuda.device_array(
+        1, np.uint8)
+    return offsets, chars
+
+
+def _chunks(offsets: np.ndarray, chunk_bytes: int) -> Iterator[tuple[int, int]]:
+    """Document ranges [a, b) with at most ``chunk_bytes`` of text each (a longer document is a
+    chunk of its own)."""
+    n = len(offsets) - 1
+    a = 0
+    while a < n:
+        limit = offsets[a] + chunk_bytes
+        b = int(np.searchsorted(offsets, limit, side="right")) - 1
+        b = min(max(b, a + 1), n)
+        yield a, b
+        a = b
+
+
+def _regions(offsets: np.ndarray, a: int, b: int, table: bool = False) -> np.ndarray:
+    """Start of each document's scratch slice in a chunk (+ the total at the end): as long as
+    the document plus one, or (``table``) the hash table size for that many keys."""
+    lens = np.diff(offsets[a: b + 1]).astype(np.int64) + 1
+    if table:
+        lens = np.maximum(16, 1 << np.ceil(np.log2(np.maximum(2 * lens, 1))).astype(np.int64))
+    reg = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=reg[1:])
+    return reg
+
+
+def _host_offsets(offsets) -> np.ndarray:
+    return np.asarray(to_host(offsets) if _is_device(offsets) else offsets, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------- kernels
+
+@cuda.jit
+def _count_words_kernel(offsets, data, out):
+    d = cuda.grid(1)
+    if d < out.shape[0]:
+        out[d] = utf8.count_words_doc(data, offsets[d], offsets[d + 1])
+
+
+@cuda.jit
+def _needs_normalization_kernel(offsets, data, table, out):
+    d = cuda.grid(1)
+    if d < out.shape[0]:
+        out[d] = normalize.needs_normalization_doc(data, offsets[d], offsets[d + 1], table)
+
+
+@cuda.jit
+def _count_tokens_kernel(offsets, data, T, nonsymbol_only, reg, cp, ts, te, ss, se, out):
+    d = cuda.grid(1)
+    if d < out.shape[0]:
+        r0 = reg[d]
+        r1 = reg[d + 1]
+        out[d] = words.count_tokens_doc(data, offsets[d], offsets[d + 1], T, nonsymbol_only,
+                                        cp[r0:r1], ts[r0:r1], te[r0:r1], ss[r0:r1], se[r0:r1])
+
+
+@cuda.jit
+def _gopher_quality_kernel(offsets, data, T, stop_cp, stop_off, reg, cp, ts, te, ss, se, seen,
+                           out):
+    d = cuda.grid(1)
+    if d < out.shape[0]:
+        r0 = reg[d]
+        r1 = reg[d + 1]
+        quality.gopher_quality_doc(data, offsets[d], offsets[d + 1], T, stop_cp, stop_off,
+                                   cp[r0:r1], ts[r0:r1], te[r0:r1], ss[r0:r1], se[r0:r1],
+                                   seen[d], out[d])
+
+
+@cuda.jit
+def _fineweb_kernel(offsets, data, T, stop_table, use_table, short_len, reg, treg, cp, ts, te,
+                    ss, se, seg_h, seg_l, keys, used, out):
+    d = cuda.grid(1)
+    if d < out.shape[0]:
+        r0 = reg[d]
+        r1 = reg[d + 1]
+        t0 = treg[d]
+        t1 = treg[d + 1]
+        quality.fineweb_doc(data, offsets[d], offsets[d + 1], T, stop_table, use_table,
+                            short_len, cp[r0:r1], ts[r0:r1], te[r0:r1], ss[r0:r1], se[r0:r1],
+                            seg_h[r0:r1], seg_l[r0:r1], keys[t0:t1], used[t0:t1], out[d])
+
+
+@cuda.jit
+def _gopher_repetition_kernel(offsets, data, T, top_ns, dup_ns, power, reg, treg, cp, ts, te,
+                              ss, se, seg_h, seg_l, tok_h, prefix, wstart, keys, cnt, used,
+                              slot, base, top, dup):
+    d = cuda.grid(1)
+    if d < base.shape[0]:
+        r0 = reg[d]
+        r1 = reg[d + 1]
+        t0 = treg[d]
+        t1 = treg[d + 1]
+        repetition.gopher_repetition_doc(
+            data, offsets[d], offsets[d + 1], T, top_ns, dup_ns, power, cp[r0:r1], ts[r0:r1],
+            te[r0:r1], ss[r0:r1], se[r0:r1], seg_h[r0:r1], seg_l[r0:r1], tok_h[r0:r1],
+            prefix[r0:r1], wstart[r0:r1], keys[t0:t1], cnt[t0:t1], used[t0:t1], slot[r0:r1],
+            base[d], top[d], dup[d])
+
+
+@cuda.jit
+def _c4_kernel(offsets, data, T, max_word_length, remove_citations, terminal_punct, min_words,
+               lorem, javascript, curly, policy, policy_cp, policy_off, min_sentences, reg, cp,
+               ts, te, ss, se, buf, out, base, codes, ends, counts):
+    d = cuda.grid(1)
+    if d < codes.shape[0]:
+        r0 = reg[d]
+        r1 = reg[d + 1]
+        code, end = quality.c4_doc(
+            data, offsets[d], offsets[d + 1], T, max_word_length, remove_citations,
+            terminal_punct, min_words, lorem, javascript, curly, policy, policy_cp, policy_off,
+            min_sentences, cp[r0:r1], ts[r0:r1], te[r0:r1], ss[r0:r1], se[r0:r1], buf[r0:r1],
+            out, offsets[d] - base, counts[d])
+        codes[d] = code
+        ends[d] = end
+
+
+@cuda.jit
+def _minhash_kernel(offsets, data, width, seed, a, b, out, bits64):
+    d = cuda.grid(1)
+    if d < out.shape[0]:
+        hashing.minhash_doc(data, offsets[d], offsets[d + 1], width, seed, a, b, out[d], bits64)
+
+
+@cuda.jit
+def _minhash_ngrams_kernel(list_offsets, offsets, data, ngrams, seed, a, b, reg, buf, out,
+                           bits64):
+    r = cuda.grid(1)
+    if r < out.shape[0]:
+        hashing.minhash_ngrams_doc(list_offsets, r, offsets, data, ngrams, seed, a, b, out[r],
+                                   bits64, buf[reg[r]:reg[r + 1]])
+
+
+@cuda.jit
+def _langid_kernel(offsets, data, nextmove, rowbase, out_feat, ptc, prior, log1p, treg, keys,
+                   cnt, touched, scores):
+    d = cuda.grid(1)
+    if d < scores.shape[0]:
+        t0 = treg[d]
+        t1 = treg[d + 1]
+        langid.langid_scores_doc(data, offsets[d], offsets[d + 1], nextmove, rowbase, out_feat,
+                                 ptc, prior, log1p, keys[t0:t1], cnt[t0:t1], touched[t0:t1],
+                                 scores[d])
+
+
+# --------------------------------------------------------------------------- launchers
+
+def count_words(offsets, data) -> np.ndarray:
+    """`gpupipe.kernels.utf8.count_words` on the GPU."""
+    off, dat = to_device(offsets), to_device(data)
+    n = len(offsets) - 1
+    out = _zeros(n, np.int64)
+    _launch(_count_words_kernel, n, off, dat, out)
+    return to_host(out)
+
+
+def needs_normalization(offsets, data, form: str) -> np.ndarray:
+    """`gpupipe.kernels.normalize.needs_normalization` on the GPU."""
+    off, dat = to_device(offsets), to_device(data)
+    n = len(offsets) - 1
+    out = _zeros(n, np.bool_)
+    _launch(_needs_normalization_kernel, n, off, dat, to_device(normalize.stable_table(form)),
+            out)
+    return to_host(out)
+
+
+def _per_chunk(offsets, chunk_bytes):
+    """(device offsets, host offsets, chunk ranges)."""
+    host = _host_offsets(offsets)
+    return to_device(offsets), host, list(_chunks(host, chunk_bytes))
+
+
+def _scratch(size: int):
+    """Device scratch of a tokenizing routine: code points, token spans, suffix stack."""
+    return (_empty(size, np.int32), _empty(size, np.int64), _empty(size, np.int64),
+            _empty(size, np.int64), _empty(size, np.int64))
+
+
+def count_tokens(offsets, data, nonsymbol_only: bool, *,
+                 chunk_bytes: int = CHUNK_BYTES) -> np.ndarray:
+    """`gpupipe.kernels.words.count_tokens` on the GPU."""
+    off, host, chunks = _per_chunk(offsets, chunk_bytes)
+    dat, T = to_device(data), to_device(char_table())
+    out = _zeros(len(host) - 1, np.int64)
+    for a, b in chunks:
+        reg = _regions(host, a, b)
+        sc = _scratch(int(reg[-1]))
+        _launch(_count_tokens_kernel, b - a, off[a: b + 1], dat, T, nonsymbol_only,
+                to_device(reg), *sc, out[a:b])
+    return to_host(out)
+
+
+def gopher_quality_features(offsets, data, stop_words: list[str], *,
+                            chunk_bytes: int = CHUNK_BYTES) -> np.ndarray:
+    """`gpupipe.kernels.quality.gopher_quality_features` on the GPU."""
+    off, host, chunks = _per_chunk(offsets, chunk_bytes)
+    dat, T = to_device(data), to_device(char_table())
+    stop_cp, stop_off = (to_device(x) for x in quality.pattern_table(stop_words))
+    out = _zeros((len(host) - 1, quality.GQ_MEASURES), np.int64)
+    for a, b in chunks:
+        reg = _regions(host, a, b)
+        seen = _zeros((b - a, max(len(stop_words), 1)), np.bool_)
+        _launch(_gopher_quality_kernel, b - a, off[a: b + 1], dat, T, stop_cp, stop_off,
+                to_device(reg), *_scratch(int(reg[-1])), seen, out[a:b])
+    return to_host(out)
+
+
+def fineweb_features(offsets, data, stop_chars: str | None, short_len: int, *,
+                     chunk_bytes: int = CHUNK_BYTES) -> np.ndarray:
+    """`gpupipe.kernels.quality.fineweb_features` on the GPU."""
+    off, host, chunks = _per_chunk(offsets, chunk_bytes)
+    dat, T = to_device(data), to_device(char_table())
+    table = to_device(quality.fineweb_stop_table(stop_chars))
+    out = _zeros((len(host) - 1, quality.FW_MEASURES), np.int64)
+    for a, b in chunks:
+        reg, treg = _regions(host, a, b), _regions(host, a, b, table=True)
+        size, tsize = int(reg[-1]), int(treg[-1])
+        _launch(_fineweb_kernel, b - a, off[a: b + 1], dat, T, table, stop_chars is not None,
+                short_len, to_device(reg), to_device(treg), *_scratch(size),
+                _empty(size, np.uint64), _empty(size, np.int64), _zeros(tsize, np.uint64),
+                _empty(tsize, np.int64), out[a:b])
+    return to_host(out)
+
+
+def gopher_repetition_features(offsets, data, top_ns, dup_ns, *,
+                               chunk_bytes: int = CHUNK_BYTES):
+    """`gpupipe.kernels.repetition.gopher_repetition_features` on the GPU."""
+    off, host, chunks = _per_chunk(offsets, chunk_bytes)
+    dat, T = to_device(data), to_device(char_table())
+    top_ns = np.asarray(top_ns, np.int64)
+    dup_ns = np.asarray(dup_ns, np.int64)
+    n = len(host) - 1
+    base = _zeros((n, 7), np.int64)
+    top = _zeros((n, len(top_ns)), np.int64)
+    dup = _zeros((n, len(dup_ns)), np.int64)
+    power = to_device(repetition.rolling_powers(max_len(host)))
+    tn, dn = to_device(top_ns), to_device(dup_ns)
+    for a, b in chunks:
+        reg, treg = _regions(host, a, b), _regions(host, a, b, table=True)
+        size, tsize = int(reg[-1]), int(treg[-1])
+        _launch(_gopher_repetition_kernel, b - a, off[a: b + 1], dat, T, tn, dn, power,
+                to_device(reg), to_device(treg), *_scratch(size), _empty(size, np.uint64),
+                _empty(size, np.int64), _empty(size, np.uint64), _empty(size, np.uint64),
+                _empty(size, np.int64), _zeros(tsize, np.uint64), _empty(tsize, np.int64),
+                _empty(tsize, np.int64), _empty(size, np.int64), base[a:b], top[a:b], dup[a:b])
+    return to_host(base), to_host(top), to_host(dup)
+
+
+def c4_rewrite(offsets, data, *, max_word_length: int, remove_citations: bool,
+               terminal_punct: bool, min_words: int, lorem: bool, javascript: bool, curly: bool,
+               policy: bool, policy_substrings, min_sentences: int,
+               chunk_bytes: int = CHUNK_BYTES):
+    """`gpupipe.kernels.quality.c4_rewrite` on the GPU (the same four results)."""
+    off, host, chunks = _per_chunk(offsets, chunk_bytes)
+    dat, T = to_device(data), to_device(char_table())
+    pol_cp, pol_off = (to_device(x) for x in quality.pattern_table(
+        [p.lower() for p in policy_substrings]))
+    n = len(host) - 1
+    total = int(host[-1] - host[0])
+    out = _empty(max(total, 1), np.uint8)
+    codes = _zeros(n, np.uint8)
+    ends = _zeros(n, np.int64)
+    counts = _zeros((n, quality.C4_LINE_RULES), np.int64)
+    for a, b in chunks:
+        reg = _regions(host, a, b)
+        size = int(reg[-1])
+        _launch(_c4_kernel, b - a, off[a: b + 1], dat, T, max_word_length, remove_citations,
+                terminal_punct, min_words, lorem, javascript, curly, policy, pol_cp, pol_off,
+                min_sentences, to_device(reg), *_scratch(size), _empty(size, np.int32), out,
+                int(host[0]), codes[a:b], ends[a:b], counts[a:b])
+    codes, ends, counts = to_host(codes), to_host(ends), to_host(counts)
+    # each document wrote its text at the start of its own input range: compact them
+    starts = host[:-1] - host[0]
+    lens = np.where(codes == 0, ends - starts, 0)
+    new_off = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=new_off[1:])
+    mark = np.zeros(total + 1, np.int64)
+    np.add.at(mark, starts, 1)
+    np.add.at(mark, starts + lens, -1)
+    keep = np.cumsum(mark[:-1]) > 0
+    text = to_host(out)[:total][keep] if total else np.zeros(0, np.uint8)
+    return codes, text, new_off, counts
+
+
+def minhash(offsets, data, *, seed: int, a, b, width: int, bits: int = 32) -> np.ndarray:
+    """`gpupipe.kernels.hashing.minhash` on the GPU, from the UTF-8 view of the strings."""
+    if width < 2:
+        raise ValueError("width must be at least 2 (as in cuDF)")
+    seed, a, b = hashing.minhash_params(seed, a, b, bits)
+    n = len(offsets) - 1
+    out = _empty((n, len(a)), a.dtype)
+    _launch(_minhash_kernel, n, to_device(offsets), to_device(data), width, seed, to_device(a),
+            to_device(b), out, bits == 64)
+    return to_host(out)
+
+
+def minhash_ngrams(list_offsets, offsets, data, *, ngrams: int, seed: int, a, b,
+                   bits: int = 32) -> np.ndarray:
+    """`gpupipe.kernels.hashing.minhash_ngrams` on the GPU, from a list<string> column's
+    buffers (`gpupipe.kernels.hashing.list_buffers`)."""
+    seed, a, b = hashing.minhash_params(seed, a, b, bits)
+    lo = np.asarray(_host_offsets(list_offsets))
+    eo = _host_offsets(offsets)
+    row_bytes = eo[lo[1:]] - eo[lo[:-1]]
+    reg = np.zeros(len(lo), np.int64)
+    np.cumsum(row_bytes + 1, out=reg[1:])
+    n = len(lo) - 1
+    out = _empty((n, len(a)), a.dtype)
+    _launch(_minhash_ngrams_kernel, n, to_device(list_offsets), to_device(offsets),
+            to_device(data), ngrams, seed, to_device(a), to_device(b), to_device(reg),
+            _empty(max(int(reg[-1]), 1), np.uint8), out, bits == 64)
+    return to_host(out)
+
+
+def langid_scores(offsets, data, model=None, *, chunk_bytes: int = CHUNK_BYTES) -> np.ndarray:
+    """`gpupipe.kernels.langid.langid_scores` on the GPU."""
+    m = model or langid.langid_model()
+    off, host, chunks = _per_chunk(offsets, chunk_bytes)
+    dat = to_device(data)
+    arrays = [to_device(x) for x in (m.nextmove, m.rowbase, m.out_feat, m.ptc, m.prior)]
+    log1p = to_device(langid.log1p_table(max_len(host)))
+    scores = _empty((len(host) - 1, len(m.prior)), np.float32)
+    for a, b in chunks:
+        treg = _regions(host, a, b, table=True)
+        tsize = int(treg[-1])
+        _launch(_langid_kernel, b - a, off[a: b + 1], dat, *arrays, log1p, to_device(treg),
+                _zeros(tsize, np.int32), _zeros(tsize, np.int32), _empty(tsize, np.int64),
+                scores[a:b])
+    return to_host(scores)
+
+
+def langid_identify(offsets, data, model=None) -> tuple[np.ndarray, np.ndarray]:
+    """(class index, probability): scores on the GPU, the softmax on the host (as on CPU)."""
+    return langid.pick(langid_scores(offsets, data, model), model)

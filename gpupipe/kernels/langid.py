@@ -1,0 +1,196 @@
+"""py3langid's language identifier as one compiled pass: the byte n-gram automaton (DFA) counts
+features, naive-Bayes scores them, a softmax picks the label. Same labels and probabilities as
+``py3langid.langid.LanguageIdentifier(norm_probs=True).classify`` (tested).
+
+The DFA walk and the scoring (`langid_scores_doc`) run on either target. Two details keep their
+float32 scores bit-identical across targets: ``log1p`` of a count comes from a table built on the
+host, and each product is taken exactly in float64 before rounding to float32, so a GPU cannot
+fuse it with the following add. The softmax (`langid_pick`, a few ``exp`` per document) runs on
+the host for both targets, since CPU and GPU ``exp`` may differ in the last bit.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numba
+import numpy as np
+
+from gpupipe.errors import BackendUnavailableError
+from gpupipe.kernels.target import device, max_len
+
+__all__ = ["LangidModel", "langid", "langid_model", "langid_pick", "langid_scores", "log1p_table",
+           "pick", "prepare"]
+
+
+class LangidModel:
+    """py3langid's model as arrays: ``nextmove`` (uint32), ``rowbase`` (int64), ``out_feat``
+    (int32), ``ptc`` (float32[features, classes]), ``prior`` (float32[classes]), ``classes``
+    and ``alias`` (pairs of class indices with the same code: the second adds to the first)."""
+
+    def __init__(self, nextmove, rowbase, out_feat, ptc, prior, classes, alias):
+        self.nextmove, self.rowbase, self.out_feat = nextmove, rowbase, out_feat
+        self.ptc, self.prior, self.classes, self.alias = ptc, prior, classes, alias
+
+
+@functools.cache
+def langid_model() -> LangidModel:
+    """py3langid's bundled model (shipped in the pip package), loaded once per process (~1 s)."""
+    try:
+        from py3langid.langid import MODEL_FILE, LanguageIdentifier
+    except ImportError:  # pragma: no cover - a dependency of gpupipe
+        raise BackendUnavailableError(
+            "language_id needs py3langid: pip install py3langid") from None
+    ident = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    first: dict[str, int] = {}
+    pairs = []
+    for i, c in enumerate(ident.nb_classes):
+        if c in first:
+            pairs.append((first[c], i))
+        else:
+            first[c] = i
+    return LangidModel(
+        nextmove=np.asarray(ident.tk_nextmove, dtype=np.uint32),
+        rowbase=np.asarray(ident.tk_row, dtype=np.int64) << 8,
+        out_feat=np.asarray(ident.tk_output, dtype=np.int32),
+        ptc=np.ascontiguousarray(np.asarray(ident.nb_ptc, dtype=np.float32)),
+        prior=np.asarray(ident.nb_pc, dtype=np.float32),
+        classes=list(ident.nb_classes),
+        alias=np.array(pairs, dtype=np.int64).reshape(-1, 2))
+
+
+@numba.njit(cache=True, nogil=True)
+def _log1p_table(n):
+    out = np.empty(n, np.float32)
+    for i in range(n):
+        out[i] = np.float32(np.log1p(np.float32(i)))
+    return out
+
+
+def log1p_table(maxlen: int) -> np.ndarray:
+    """float32 ``log1p(i)`` for every feature count a document of ``maxlen`` bytes can have."""
+    return _log1p_table(max(maxlen + 1, 2))
+
+
+@device
+def langid_scores_doc(data, start, end, nextmove, rowbase, out_feat, ptc, prior, log1p, keys,
+                      cnt, touched, scores):
+    """Naive-Bayes scores of ``data[start:end]`` into ``scores`` (already divided by the square
+    root of the length, as py3langid does). ``keys``/``cnt``: a zeroed table of at least twice
+    the document's bytes (a power of two, >= 16), left zeroed; ``touched``: one slot per byte."""
+    n = end - start
+    size = 16
+    while size < 2 * n:
+        size <<= 1
+    mask = size - 1
+    nt = 0
+    state = 0
+    for i in range(start, end):
+        state = nextmove[rowbase[state] + data[i]]
+        f = out_feat[state]
+        if f >= 0:
+            s = (np.int64(f) * np.int64(0x9E3779B1)) & mask
+            while keys[s] != 0 and keys[s] != f + 1:
+                s = (s + 1) & mask
+            if keys[s] == 0:
+                keys[s] = f + 1
+                cnt[s] = 0
+                touched[nt] = s
+                nt += 1
+            cnt[s] += 1
+    nclass = prior.shape[0]
+    if nt == 0:
+        for c in range(nclass):
+            scores[c] = 0.0
+    else:
+        for c in range(nclass):
+            scores[c] = prior[c]
+        for j in range(nt):
+            s = touched[j]
+            f = keys[s] - 1
+            w = np.float64(log1p[cnt[s]])
+            keys[s] = 0
+            for c in range(nclass):
+                # the float32 product, exact in float64 then rounded: never fused with the add
+                scores[c] += np.float32(w * np.float64(ptc[f, c]))
+    scale = np.float32(1.0 / math.sqrt(n if n > 0 else 1))
+    for c in range(nclass):
+        scores[c] *= scale
+
+
+@numba.njit(cache=True, nogil=True)
+def langid_pick(scores, alias, best, conf):
+    """Per row of ``scores``: the label (after merging aliased classes) and its probability,
+    normalised exactly as py3langid does with ``norm_probs=True``. Host only."""
+    nclass = scores.shape[1]
+    p = np.empty(nclass, np.float32)
+    for d in range(scores.shape[0]):
+        top = scores[d].max()
+        total = np.float32(0.0)
+        for c in range(nclass):
+            p[c] = np.exp(scores[d, c] - top)
+            total += p[c]
+        for c in range(nclass):
+            p[c] /= total
+        for a in range(alias.shape[0]):
+            p[alias[a, 0]] += p[alias[a, 1]]
+            p[alias[a, 1]] = 0.0
+        k = 0
+        for c in range(1, nclass):
+            if p[c] > p[k]:
+                k = c
+        best[d] = k
+        conf[d] = p[k]
+
+
+@numba.njit(cache=True, nogil=True)
+def _langid_cpu(offsets, data, nextmove, rowbase, out_feat, ptc, prior, log1p, tsize):
+    nd = offsets.shape[0] - 1
+    scores = np.empty((nd, prior.shape[0]), np.float32)
+    keys = np.zeros(tsize, np.int32)
+    cnt = np.zeros(tsize, np.int32)
+    touched = np.empty(tsize, np.int64)
+    for d in range(nd):
+        langid_scores_doc(data, offsets[d], offsets[d + 1], nextmove, rowbase, out_feat, ptc,
+                          prior, log1p, keys, cnt, touched, scores[d])
+    return scores
+
+
+def langid_table_size(maxlen: int) -> int:
+    size = 16
+    while size < 2 * maxlen:
+        size <<= 1
+    return size
+
+
+def langid_scores(offsets, data, model: LangidModel | None = None) -> np.ndarray:
+    """float32[n, classes] scaled naive-Bayes scores of each (prepared) UTF-8 string."""
+    m = model or langid_model()
+    maxlen = max_len(offsets)
+    return _langid_cpu(offsets, data, m.nextmove, m.rowbase, m.out_feat, m.ptc, m.prior,
+                       log1p_table(maxlen), langid_table_size(maxlen))
+
+
+def pick(scores: np.ndarray, model: LangidModel | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(class index int32[n], probability float32[n]) from `langid_scores`."""
+    m = model or langid_model()
+    best = np.zeros(scores.shape[0], np.int32)
+    conf = np.zeros(scores.shape[0], np.float32)
+    langid_pick(scores, m.alias, best, conf)
+    return best, conf
+
+
+def langid(offsets, data, model: LangidModel | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(class index, probability) of each prepared UTF-8 string (see ``language_id``)."""
+    return pick(langid_scores(offsets, data, model), model)
+
+
+def prepare(arr):
+    """py3langid's input: all-uppercase texts lowercased, then NFC (Arrow, on the host)."""
+    import pyarrow.compute as pc
+
+    upper = pc.utf8_is_upper(arr)
+    if pc.any(upper).as_py():
+        arr = pc.if_else(upper, pc.utf8_lower(arr), arr)
+    return pc.utf8_normalize(arr, form="NFC")

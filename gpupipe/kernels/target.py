@@ -1,0 +1,87 @@
+"""One kernel source, two targets.
+
+A per-document routine is written once, in the subset of Python that both numba targets
+compile: scalars and arrays in, no lists, dicts or allocation inside, scratch space passed in by
+the caller. `device` compiles it with ``numba.njit`` for the CPU; a CUDA kernel (`gpupipe.kernels
+.gpu`) calls the very same function, which numba-cuda then compiles for the GPU. There is no
+second copy of any algorithm, so both targets give the same bits (the float code in `langid`
+keeps that true where a GPU would fuse a multiply and an add).
+
+Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` set before numba is imported) a routine
+called from a simulated kernel runs as plain Python on the simulator's arrays, and stays compiled
+for the CPU launchers of the same process, so both can be compared bit for bit.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numba
+import numpy as np
+from numba.core import types
+from numba.core.typing.typeof import typeof_impl
+
+#: the CUDA simulator replaces numba.cuda in this process
+SIMULATOR = bool(numba.config.ENABLE_CUDASIM)
+
+_U64 = np.uint64
+
+
+class SimulatedRoutine:
+    """A routine in a simulator process: compiled when called with host arrays (by a CPU
+    launcher or from Python), plain Python when called from a simulated CUDA kernel."""
+
+    def __init__(self, py_func, cpu):
+        self.py_func = py_func
+        self.cpu = cpu
+        self.__name__ = py_func.__name__
+        self.__doc__ = py_func.__doc__
+
+    def __call__(self, *args):
+        if _in_simulated_kernel():
+            return self.py_func(*args)
+        return self.cpu(*args)
+
+
+def _in_simulated_kernel() -> bool:
+    from numba.cuda.simulator.kernel import BlockThread
+
+    return isinstance(threading.current_thread(), BlockThread)
+
+
+def _fake_array_types():
+    from numba.cuda.simulator.cudadrv.devicearray import (
+        FakeCUDAArray,
+        FakeWithinKernelCUDAArray,
+    )
+
+    return FakeCUDAArray, FakeWithinKernelCUDAArray
+
+
+@typeof_impl.register(SimulatedRoutine)
+def _typeof_simulated(val, c):
+    # compiled callers (the CPU launchers) see the compiled routine
+    return types.Dispatcher(val.cpu)
+
+
+def device(fn):
+    """Compile the per-document routine ``fn`` for the CPU; CUDA kernels call the same object.
+
+    >>> @device
+    ... def twice(x):
+    ...     return 2 * x
+    >>> twice(21)
+    42
+    """
+    cpu = numba.njit(cache=True, nogil=True)(fn)
+    return SimulatedRoutine(fn, cpu) if SIMULATOR else cpu
+
+
+def max_len(offsets) -> int:
+    """Length of the longest string plus one (scratch size of a CPU launcher)."""
+    return int(np.diff(offsets).max()) + 1 if len(offsets) > 1 else 1
+
+
+def table_size(maxlen: int) -> int:
+    """Slots of an open-addressing table for up to ``maxlen`` keys (a power of two, half full)."""
+    return 1 << max(4, int(2 * maxlen).bit_length())
