@@ -8,7 +8,7 @@ import logging
 import sys
 
 from gpupipe import __version__
-from gpupipe.errors import GpupipeError, SpecError
+from gpupipe.errors import BackendUnavailableError, GpupipeError, SpecError
 
 
 def _load(args):
@@ -231,6 +231,64 @@ def cmd_io_bench(args) -> int:
     return 0
 
 
+KERNELS_INSTALL = ("pip install 'gpupipe[kernels-cu12]' (numba-cuda and CuPy for CUDA 12 "
+                   "drivers; kernels-cu13 for CUDA 13), or 'gpupipe[gpu]' for cuDF as well")
+
+
+def cmd_check_gpu(args) -> int:
+    import importlib.util
+    import os
+    import subprocess
+
+    if importlib.util.find_spec("numba_cuda") is None:
+        raise BackendUnavailableError(f"check-gpu needs numba-cuda, which is not installed: "
+                                      f"{KERNELS_INSTALL}")
+    if args.compile_only:
+        from gpupipe.kernels.gpu import compile_ptx
+
+        archs = [a.strip() for a in args.arch.split(",") if a.strip()]
+        try:
+            records = compile_ptx(archs)
+        except ValueError as e:
+            raise SpecError(f"--arch: {e}") from None
+        except RuntimeError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        for r in records:
+            print(f"  {r['cuda_kernel']:<28} {r['arch']:>6}  {r['ptx_bytes']:>8,} bytes of PTX")
+        kernels = len({r["cuda_kernel"] for r in records})
+        print(f"ok: {kernels} CUDA kernels compile for {', '.join(archs)} (no GPU was used)")
+        return 0
+    argv = [args.path, "--sample", str(args.sample or (50 if args.simulate else 1000))]
+    max_bytes = args.max_doc_bytes or (1000 if args.simulate else None)
+    if max_bytes:
+        argv += ["--max-doc-bytes", str(max_bytes)]
+    for k in args.kernel or ():
+        argv += ["--kernel", k]
+    if args.json:
+        argv.append("--json")
+    if args.simulate:
+        # the simulator replaces numba.cuda only if set before numba is imported: a new process
+        if not args.json:
+            print(f"simulating the GPU side on the CPU (NUMBA_ENABLE_CUDASIM=1); documents cut "
+                  f"to {max_bytes} bytes", file=sys.stderr)
+        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+        return subprocess.run([sys.executable, "-m", "gpupipe.kernels.checks", *argv],
+                              env=env).returncode
+    from gpupipe.kernels.gpu import usable
+
+    ok, why = usable()
+    if not ok:
+        print(f"error: check-gpu: no usable GPU here ({why}).\n  On a GPU machine install the "
+              f"GPU kernels: {KERNELS_INSTALL}.\n  Without a GPU: --simulate runs the GPU side "
+              f"in numba's CUDA simulator, --compile-only compiles every kernel to PTX.",
+              file=sys.stderr)
+        return 2
+    from gpupipe.kernels.checks import main as check_main
+
+    return check_main(argv)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gpupipe", description="LLM training-data pipelines on "
                                  "pandas or cuDF, distributed with Dask.")
@@ -319,6 +377,24 @@ def build_parser() -> argparse.ArgumentParser:
                    "pyarrow, pyarrow_parquet, kvikio, cudf_parquet")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_io_bench)
+
+    p = sub.add_parser("check-gpu", help="run every text kernel on the CPU and on the GPU and "
+                       "compare them bit for bit (a self-test for a new cluster)")
+    p.add_argument("path", nargs="?", default="data",
+                   help="JSONL / Parquet files, a directory or a glob (default: data)")
+    p.add_argument("--sample", type=int, metavar="N",
+                   help="documents to compare (default 1000; 50 with --simulate)")
+    p.add_argument("--max-doc-bytes", type=int, metavar="B",
+                   help="cut documents to B bytes (default: whole; 1000 with --simulate)")
+    p.add_argument("--kernel", action="append", help="only this kernel (repeatable)")
+    p.add_argument("--simulate", action="store_true",
+                   help="run the GPU side in numba's CUDA simulator (any machine; slow)")
+    p.add_argument("--compile-only", action="store_true",
+                   help="only compile every CUDA kernel to PTX (no GPU needed)")
+    p.add_argument("--arch", default="sm_80,sm_90",
+                   help="--compile-only: architectures (default sm_80,sm_90)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_check_gpu)
 
     p = sub.add_parser("schema", help="print the JSON Schema of pipeline files")
     p.set_defaults(func=cmd_schema)

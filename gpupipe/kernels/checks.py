@@ -80,6 +80,10 @@ class Check:
     cpu: Callable[[Sample], tuple]
     gpu: Callable[[Sample], tuple]
 
+    def mismatches(self, sample: Sample) -> np.ndarray:
+        """Per document: any of its results differs between the targets."""
+        return _mismatches(self.cpu(sample), self.gpu(sample), len(sample))
+
     def compare(self, sample: Sample) -> dict:
         """Run both sides; documents compared, mismatching documents, docs/s and MB/s each."""
         self.cpu(_head(sample))  # compile outside the timing
@@ -279,12 +283,15 @@ def main(argv: list[str] | None = None) -> int:
 
     ok, why = usable()
     if not ok:
-        print(f"check-gpu: no usable GPU: {why}", file=sys.stderr)
+        print(f"error: check-gpu: no usable GPU: {why}", file=sys.stderr)
         return 2
     try:
         texts = load_texts(args.path, args.sample, max_doc_bytes=args.max_doc_bytes)
     except GpupipeError as e:
-        print(f"check-gpu: {e}", file=sys.stderr)
+        print(f"error: check-gpu: {e}", file=sys.stderr)
+        return 2
+    if len(texts) == 0:
+        print(f"error: check-gpu: no document in {args.path}", file=sys.stderr)
         return 2
     results = run(texts, names=args.kernel,
                   progress=None if args.json else lambda k: print(f"  {k} ...", file=sys.stderr))

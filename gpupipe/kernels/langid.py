@@ -4,8 +4,8 @@ features, naive-Bayes scores them, a softmax picks the label. Same labels and pr
 
 The DFA walk and the scoring (`langid_scores_doc`) run on either target. Two details keep their
 float32 scores bit-identical across targets: ``log1p`` of a count comes from a table built on the
-host, and each product is taken exactly in float64 before rounding to float32, so a GPU cannot
-fuse it with the following add. The softmax (`langid_pick`, a few ``exp`` per document) runs on
+host, and each product is rounded on its own (`target.mul_rn`), so a GPU cannot fuse it with the
+following add. The softmax (`langid_pick`, a few ``exp`` per document) runs on
 the host for both targets, since CPU and GPU ``exp`` may differ in the last bit.
 """
 
@@ -18,7 +18,7 @@ import numba
 import numpy as np
 
 from gpupipe.errors import BackendUnavailableError
-from gpupipe.kernels.target import device, max_len
+from gpupipe.kernels.target import device, max_len, mul_rn
 
 __all__ = ["LangidModel", "langid", "langid_model", "langid_pick", "langid_scores", "log1p_table",
            "pick", "prepare"]
@@ -109,14 +109,13 @@ def langid_scores_doc(data, start, end, nextmove, rowbase, out_feat, ptc, prior,
         for j in range(nt):
             s = touched[j]
             f = keys[s] - 1
-            w = np.float64(log1p[cnt[s]])
+            w = log1p[cnt[s]]
             keys[s] = 0
             for c in range(nclass):
-                # the float32 product, exact in float64 then rounded: never fused with the add
-                scores[c] += np.float32(w * np.float64(ptc[f, c]))
+                scores[c] += mul_rn(w, ptc[f, c])  # never fused with the add on a GPU
     scale = np.float32(1.0 / math.sqrt(n if n > 0 else 1))
     for c in range(nclass):
-        scores[c] *= scale
+        scores[c] = mul_rn(scores[c], scale)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -15,14 +15,20 @@ for the CPU launchers of the same process, so both can be compared bit for bit.
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numba
 import numpy as np
 from numba.core import types
+from numba.core.extending import overload
 from numba.core.typing.typeof import typeof_impl
 
 #: the CUDA simulator replaces numba.cuda in this process
 SIMULATOR = bool(numba.config.ENABLE_CUDASIM)
+if SIMULATOR:
+    # simulated routines do their wrapping uint arithmetic on numpy scalars, which warn
+    warnings.filterwarnings("ignore", message="overflow encountered in scalar",
+                            category=RuntimeWarning)
 
 _U64 = np.uint64
 
@@ -75,6 +81,34 @@ def device(fn):
     """
     cpu = numba.njit(cache=True, nogil=True)(fn)
     return SimulatedRoutine(fn, cpu) if SIMULATOR else cpu
+
+
+def mul_rn(x, y):
+    """``x * y`` rounded on its own: a GPU never fuses it with a following add into an FMA
+    (which rounds once, not twice, and would change the bits of float sums)."""
+    return x * y
+
+
+@overload(mul_rn, target="cpu")
+def _mul_rn_cpu(x, y):
+    return lambda x, y: x * y  # numba's CPU target does not contract without fastmath
+
+
+def _register_cuda_mul_rn():
+    try:
+        from numba.cuda import libdevice
+    except ImportError:  # numba-cuda is not installed: there is no CUDA target to serve
+        return
+
+    @overload(mul_rn, target="cuda")
+    def _mul_rn_cuda(x, y):
+        if isinstance(x, types.Float) and x.bitwidth == 64:
+            return lambda x, y: libdevice.dmul_rn(x, y)
+        return lambda x, y: libdevice.fmul_rn(x, y)
+
+
+if not SIMULATOR:
+    _register_cuda_mul_rn()
 
 
 def max_len(offsets) -> int:

@@ -1,0 +1,46 @@
+"""Layer 1 of the GPU checks: every CUDA kernel compiles to PTX for sm_80 and sm_90 (numba-cuda's
+NVVM; no GPU needed), through the CLI a user runs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpupipe.cli import main
+
+pytest.importorskip("numba_cuda")
+
+KERNELS = {"_count_words_kernel", "_needs_normalization_kernel", "_count_tokens_kernel",
+           "_gopher_quality_kernel", "_gopher_repetition_kernel", "_fineweb_kernel",
+           "_c4_kernel", "_minhash_kernel", "_minhash_ngrams_kernel", "_langid_kernel"}
+
+
+def test_every_kernel_compiles_for_sm80_and_sm90(capsys):
+    assert main(["check-gpu", "--compile-only", "--arch", "sm_80,sm_90"]) == 0
+    out = capsys.readouterr().out
+    compiled = set(re.findall(r"^\s+(_\w+_kernel)\s+sm_(?:80|90)\s", out, re.M))
+    assert compiled == KERNELS
+    for arch in ("sm_80", "sm_90"):
+        assert len(re.findall(rf"^\s+_\w+_kernel\s+{arch}\s", out, re.M)) >= len(KERNELS)
+    assert f"ok: {len(KERNELS)} CUDA kernels compile for sm_80, sm_90" in out
+
+
+def test_langid_ptx_has_no_fused_multiply_add():
+    """The scores stay bit-identical to the CPU's only if no product is fused with its add."""
+    from gpupipe.kernels import gpu
+    from gpupipe.kernels.checks import synthetic_sample
+    from gpupipe.kernels.gpu import _langid_kernel, _ptx_mode
+
+    with _ptx_mode([(9, 0)]) as results:
+        s = synthetic_sample()
+        gpu.langid_scores(s.langid_offsets, s.langid_data)
+    ((name, ptx),) = results
+    assert name == _langid_kernel.py_func.__name__
+    assert "fma.rn.f32" not in ptx and "mul.f32" not in ptx  # only mul.rn.f32, never fused
+    assert "mul.rn.f32" in ptx
+
+
+def test_bad_architecture_is_a_spec_error(capsys):
+    assert main(["check-gpu", "--compile-only", "--arch", "ampere"]) == 2
+    assert "--arch" in capsys.readouterr().err
