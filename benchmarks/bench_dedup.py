@@ -168,9 +168,9 @@ def peak_worker_rss(inp: Path, out: Path, workers: int) -> dict:
 def main() -> int:
     import pyarrow as pa
 
+    from gpupipe.kernels.hashing import minhash, minhash_ngrams
     from gpupipe.stages import FuzzyDedup
     from gpupipe.stages.dedup.fuzzy import normalized_words
-    from gpupipe.kernels.hashing import minhash, minhash_ngrams
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=2)

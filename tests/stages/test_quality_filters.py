@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpupipe.frame import STRING
-from gpupipe.stages import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
 from gpupipe.kernels.words import tokenize_texts
+from gpupipe.stages import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
 from tests.stages import reference_filters as ref
 
 
