@@ -61,6 +61,50 @@ def resolve_backend(requested: str) -> BackendChoice:
     return BackendChoice("pandas", f"auto: no usable GPU ({why})")
 
 
+# --------------------------------------------------------------------------- the cuDF half of the seam
+
+def register_cudf_seam() -> None:
+    """Register the cuDF implementations of `gpupipe.seam`'s operations (called by the seam the
+    first time it meets a cuDF object). Kernels read the string column's device buffers in
+    place; results come back as numpy arrays and are applied with cuDF's own operations."""
+    import cudf  # noqa: PLC0415
+    import pyarrow as pa
+
+    from gpupipe import seam
+
+    @seam.text_buffers.register(cudf.Series)
+    def _text_buffers(series):
+        from gpupipe.kernels.gpu import column_buffers
+
+        return column_buffers(series)
+
+    @seam.kernels_for.register((cudf.DataFrame, cudf.Series))
+    def _kernels_for(obj):
+        from gpupipe.kernels import gpu
+
+        return gpu
+
+    @seam.string_column.register(cudf.Series)
+    def _string_column(like, offsets, data, keep=None):
+        new = cudf.Series.from_arrow(pa.LargeStringArray.from_buffers(
+            len(like), pa.py_buffer(offsets), pa.py_buffer(data)))
+        new.index = like.index
+        if keep is not None and not keep.all():
+            new = new.where(cudf.Series(keep, index=like.index), like)
+        return new
+
+    @seam.label_column.register((cudf.DataFrame, cudf.Series))
+    def _label_column(like, codes, labels):
+        table = pa.array([None, *labels], type=pa.large_string())
+        out = cudf.Series.from_arrow(table.take(pa.array(codes.astype("int32"))))
+        out.index = like.index
+        return out
+
+    @seam.filter_rows.register(cudf.DataFrame)
+    def _filter_rows(frame, keep):
+        return frame[keep].reset_index(drop=True)
+
+
 # --------------------------------------------------------------------------- GPU clusters
 
 UCX_INSTALL = "pip install 'gpupipe[gpu]' (distributed-ucxx-cu12 provides protocol: ucx)"

@@ -183,21 +183,19 @@ def to_host(x) -> np.ndarray:
     return x if isinstance(x, np.ndarray) else x.copy_to_host()
 
 
-def column_buffers(column):
-    """``(offsets, chars)`` device arrays of a cuDF string column or Series, zero-copy: the
-    offsets child (int32, or int64 for large strings) and the character data, honouring the
-    column's offset."""
-    col = column
-    if hasattr(col, "to_pylibcudf"):  # a cudf.Series or cudf column
-        col = col.to_pylibcudf(mode="read")
-        col = col[0] if isinstance(col, tuple) else col
-    n = col.size()
-    offsets = cuda.as_cuda_array(col.child(0).data()).view(
-        np.int64 if col.child(0).type().id().name == "INT64" else np.int32)
-    offsets = offsets[col.offset(): col.offset() + n + 1]
+def column_buffers(series):
+    """``(offsets, chars)`` device arrays of a cuDF string Series, zero-copy: the offsets child
+    (int32, or int64 for large strings) and the character data, honouring the column's offset
+    (cuDF 26.10: ``Series.to_pylibcudf() -> (pylibcudf.Column, metadata)``)."""
+    col, _ = series.to_pylibcudf()
+    child = col.child(0)
+    wide = child.type().id().name == "INT64"
+    start = child.offset() + col.offset()
+    offsets = cuda.as_cuda_array(child.data()).view(np.int64 if wide else np.int32)
+    offsets = offsets[start: start + col.size() + 1]
     data = col.data()
-    chars = cuda.as_cuda_array(data).view(np.uint8) if data is not None else cuda.device_array(
-        1, np.uint8)
+    chars = cuda.as_cuda_array(data).view(np.uint8) if data is not None and data.nbytes else \
+        cuda.device_array(1, np.uint8)
     return offsets, chars
 
 

@@ -21,12 +21,13 @@ import pyarrow as pa
 from gpupipe.kernels.target import device
 from gpupipe.kernels.utf8 import utf8_buffers
 
-__all__ = ["MERSENNE_61", "fmix64", "minhash", "minhash_ngrams", "murmur3_32", "murmur3_64"]
+__all__ = ["MERSENNE_61", "fmix64", "list_buffers", "minhash", "minhash_buffers", "minhash_ngrams",
+           "minhash_ngrams_buffers", "murmur3_32", "murmur3_64"]
 
 _U64 = np.uint64
 
 
-@device
+@device(inline=True)
 def fmix64(k):
     """MurmurHash3's 64-bit finaliser: a bijective mix of all bits of ``k`` (uint64)."""
     k ^= k >> _U64(33)
@@ -225,16 +226,20 @@ def minhash_params(seed: int, a, b, bits: int):
     return dt(seed), np.asarray(a, dtype=dt), np.asarray(b, dtype=dt)
 
 
-def minhash(strings, *, seed: int, a, b, width: int, bits: int = 32) -> np.ndarray:
-    """Signatures ``uint32[n, len(a)]`` (or ``uint64`` with ``bits=64``) of a string array."""
+def minhash_buffers(offsets, data, *, seed: int, a, b, width: int, bits: int = 32) -> np.ndarray:
+    """`minhash` from the ``(offsets, data)`` UTF-8 view of the strings."""
     if width < 2:
         raise ValueError("width must be at least 2 (as in cuDF)")
-    arr = pa.array(strings, pa.large_string()) if not isinstance(strings, pa.Array) else strings
-    offsets, data = utf8_buffers(arr)
     seed, a, b = minhash_params(seed, a, b, bits)
     out = np.empty((len(offsets) - 1, len(a)), dtype=a.dtype)
     _minhash_cpu(offsets, data, width, seed, a, b, out, bits == 64)
     return out
+
+
+def minhash(strings, *, seed: int, a, b, width: int, bits: int = 32) -> np.ndarray:
+    """Signatures ``uint32[n, len(a)]`` (or ``uint64`` with ``bits=64``) of a string array."""
+    arr = pa.array(strings, pa.large_string()) if not isinstance(strings, pa.Array) else strings
+    return minhash_buffers(*utf8_buffers(arr), seed=seed, a=a, b=b, width=width, bits=bits)
 
 
 @device
@@ -289,11 +294,17 @@ def ngram_buffer_size(list_offsets, offsets, ngrams: int) -> int:
     return max(1, int(np.max(np.diff(offsets))) * (ngrams + 1))
 
 
-def minhash_ngrams(lists, *, ngrams: int, seed: int, a, b, bits: int = 32) -> np.ndarray:
-    """Signatures over concatenated word n-grams of a list<string> array (``minhash_ngrams``)."""
-    list_offsets, offsets, data = list_buffers(lists)
+def minhash_ngrams_buffers(list_offsets, offsets, data, *, ngrams: int, seed: int, a, b,
+                           bits: int = 32) -> np.ndarray:
+    """`minhash_ngrams` from a list<string> column's buffers (`list_buffers`)."""
     seed, a, b = minhash_params(seed, a, b, bits)
     out = np.empty((len(list_offsets) - 1, len(a)), dtype=a.dtype)
     buf = np.empty(ngram_buffer_size(list_offsets, offsets, ngrams), dtype=np.uint8)
     _minhash_ngrams_cpu(list_offsets, offsets, data, ngrams, seed, a, b, out, bits == 64, buf)
     return out
+
+
+def minhash_ngrams(lists, *, ngrams: int, seed: int, a, b, bits: int = 32) -> np.ndarray:
+    """Signatures over concatenated word n-grams of a list<string> array (``minhash_ngrams``)."""
+    return minhash_ngrams_buffers(*list_buffers(lists), ngrams=ngrams, seed=seed, a=a, b=b,
+                                  bits=bits)

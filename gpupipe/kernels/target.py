@@ -70,8 +70,9 @@ def _typeof_simulated(val, c):
     return types.Dispatcher(val.cpu)
 
 
-def device(fn):
+def device(fn=None, *, inline: bool = False):
     """Compile the per-document routine ``fn`` for the CPU; CUDA kernels call the same object.
+    ``inline=True`` inlines it into its callers (numba IR level) for small hot helpers.
 
     >>> @device
     ... def twice(x):
@@ -79,7 +80,9 @@ def device(fn):
     >>> twice(21)
     42
     """
-    cpu = numba.njit(cache=True, nogil=True)(fn)
+    if fn is None:
+        return lambda f: device(f, inline=inline)
+    cpu = numba.njit(cache=True, nogil=True, inline="always" if inline else "never")(fn)
     return SimulatedRoutine(fn, cpu) if SIMULATOR else cpu
 
 

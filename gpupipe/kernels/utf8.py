@@ -34,7 +34,7 @@ def utf8_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarra
     return offsets, data
 
 
-@device
+@device(inline=True)
 def decode(data, i):
     """(code point, byte length) of the UTF-8 character starting at ``data[i]``."""
     b = np.int64(data[i])
@@ -49,7 +49,7 @@ def decode(data, i):
             | ((np.int64(data[i + 2]) & 0x3F) << 6) | (np.int64(data[i + 3]) & 0x3F)), 4
 
 
-@device
+@device(inline=True)
 def decode_doc(data, start, end, cp):
     """Code points of ``data[start:end]`` into ``cp``; returns their number."""
     n = 0
@@ -62,7 +62,7 @@ def decode_doc(data, start, end, cp):
     return n
 
 
-@device
+@device(inline=True)
 def has(T, c, flag):
     """Code point ``c`` is in class ``flag`` of the class table ``T``."""
     return (T[c] & flag) != 0

@@ -22,6 +22,7 @@ import pandas as pd
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from gpupipe import seam
 from gpupipe.registry import register
 
 STAGE_CONFIG = ConfigDict(extra="forbid", validate_default=True)
@@ -42,10 +43,24 @@ def stage(name: str):
 
     def wrap(cls: type[Stage]) -> type[Stage]:
         cls.stage_name = name
+        if cls.kernels:
+            cls.backends = _backends_of(name, cls.kernels)
         cls = pydantic_dataclass(frozen=True, kw_only=True, config=STAGE_CONFIG)(cls)
         return register(cls)
 
     return wrap
+
+
+def _backends_of(name: str, kernels: tuple[str, ...]) -> tuple[str, ...]:
+    """A stage that computes only with kernel launchers and `gpupipe.seam` operations runs on
+    every backend its kernels run on (each launcher exists for the CPU and the GPU)."""
+    from gpupipe.kernels import cpu
+
+    unknown = [k for k in kernels if k not in cpu.__all__]
+    if unknown:
+        raise TypeError(f"stage {name!r} declares unknown kernels {unknown}; known: "
+                        f"{', '.join(cpu.__all__)}")
+    return ("pandas", "cudf")
 
 
 def field_default(f: dataclasses.Field):
@@ -79,8 +94,11 @@ class Stage:
     kind: ClassVar[Literal["row", "global"]] = "row"
     #: reason codes a filter can drop a row for, in the order the checks run
     reasons: ClassVar[tuple[str, ...]] = ()
-    #: dataframe backends the stage runs on natively
+    #: dataframe backends the stage runs on natively (derived from `kernels` by `stage`)
     backends: ClassVar[tuple[str, ...]] = ("pandas",)
+    #: the kernel launchers it computes with (`gpupipe.kernels.cpu` names); set only when the
+    #: stage touches its partition through them and `gpupipe.seam` alone
+    kernels: ClassVar[tuple[str, ...]] = ()
 
     def params(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -162,15 +180,9 @@ class Filter(FilterOptions, RowStage):
     def added_columns(self) -> dict[str, str]:
         return {self.reason_column: "string"} if self.mode == "annotate" else {}
 
-    def reason_labels(self, codes: np.ndarray) -> pd.Series:
-        """Reason names for codes (null for 0), as an Arrow-backed string column."""
-        import pyarrow as pa
-
-        from gpupipe.frame import string_series
-
-        labels = pa.array([None, *self.reasons], type=pa.large_string())
-        return string_series(labels.take(pa.array(codes.astype(np.int32))),
-                             pd.RangeIndex(len(codes)))
+    def reason_labels(self, codes: np.ndarray, like) -> pd.Series:
+        """Reason names for codes (null for 0), a string column of ``like``'s backend."""
+        return seam.label_column(like, codes, self.reasons)
 
     def process(self, df: pd.DataFrame) -> StageResult:
         codes, df, counters = self.evaluate(df)
@@ -180,7 +192,7 @@ class Filter(FilterOptions, RowStage):
         counts = np.bincount(codes, minlength=len(self.reasons) + 1)
         flagged = {r: int(counts[k]) for k, r in enumerate(self.reasons, 1) if counts[k]}
         if self.mode == "annotate":
-            labels = self.reason_labels(codes).set_axis(df.index)
+            labels = self.reason_labels(codes, df)
             counters = {**counters, **{f"flagged:{r}": n for r, n in flagged.items()}}
             return StageResult(df.assign(**{self.reason_column: labels}), {}, counters)
         if not flagged:
@@ -188,9 +200,9 @@ class Filter(FilterOptions, RowStage):
         drop = codes != 0
         rejected = None
         if self.keep_rejected:
-            rejected = df[drop].reset_index(drop=True)
-            rejected = rejected.assign(reason=self.reason_labels(codes[drop]))
-        return StageResult(df[~drop].reset_index(drop=True), flagged, counters, rejected)
+            rejected = seam.filter_rows(df, drop)
+            rejected = rejected.assign(reason=self.reason_labels(codes[drop], rejected))
+        return StageResult(seam.filter_rows(df, ~drop), flagged, counters, rejected)
 
 
 def first_failure(checks: list[np.ndarray | None], n: int) -> np.ndarray:

@@ -12,11 +12,9 @@ from __future__ import annotations
 from typing import Annotated, ClassVar
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import Field
 
-from gpupipe.frame import TEXT, string_series, text_array
+from gpupipe.frame import TEXT
 from gpupipe.kernels.quality import (
     C4_LINE_FEW_WORDS,
     C4_LINE_JAVASCRIPT,
@@ -34,12 +32,8 @@ from gpupipe.kernels.quality import (
     GQ_NONSYM_CHARS,
     GQ_STOP_WORDS,
     GQ_WORDS,
-    c4_rewrite,
-    fineweb_features,
-    gopher_quality_features,
 )
-from gpupipe.kernels.repetition import gopher_repetition_features
-from gpupipe.kernels.utf8 import utf8_buffers
+from gpupipe.seam import kernels_for, string_column, text_buffers
 from gpupipe.stages.base import Filter, first_failure, stage
 
 Count = Annotated[int | None, Field(ge=0)]
@@ -56,7 +50,7 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 
 def _buffers(df):
-    return utf8_buffers(text_array(df[TEXT]))
+    return text_buffers(df[TEXT])
 
 
 @stage("gopher_quality")
@@ -68,6 +62,7 @@ class GopherQuality(Filter):
     outside datatrove's punctuation set); the ratios divide by all words.
     """
 
+    kernels: ClassVar[tuple[str, ...]] = ("gopher_quality_features",)
     reasons: ClassVar[tuple[str, ...]] = (
         "too_few_words",
         "too_many_words",
@@ -94,7 +89,7 @@ class GopherQuality(Filter):
     stop_words: tuple[str, ...] = STOP_WORDS
 
     def reason_codes(self, df):
-        f = gopher_quality_features(*_buffers(df), list(self.stop_words))
+        f = kernels_for(df).gopher_quality_features(*_buffers(df), list(self.stop_words))
         words, nonsym = f[:, GQ_WORDS], f[:, GQ_NONSYM]
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = f[:, GQ_NONSYM_CHARS] / nonsym  # nan without words: no length check fails
@@ -138,6 +133,7 @@ class GopherRepetition(Filter):
     mapping replaces the defaults; ``null`` for an n disables it).
     """
 
+    kernels: ClassVar[tuple[str, ...]] = ("gopher_repetition_features",)
     reasons: ClassVar[tuple[str, ...]] = (
         "empty", "dup_para_frac", "dup_para_char_frac", "dup_line_frac", "dup_line_char_frac",
         *_ngram_reasons(TOP_N_GRAMS, DUP_N_GRAMS),
@@ -158,7 +154,8 @@ class GopherRepetition(Filter):
     def reason_codes(self, df):
         top_ns = sorted(self.top_n_grams)
         dup_ns = sorted(self.dup_n_grams)
-        base, top, dup = gopher_repetition_features(*_buffers(df), top_ns, dup_ns)
+        base, top, dup = kernels_for(df).gopher_repetition_features(*_buffers(df), top_ns,
+                                                                   dup_ns)
         chars = base[:, 0]
 
         def frac(num, den, bound):
@@ -181,6 +178,7 @@ class FineWebQuality(Filter):
     """FineWeb's line rules over non-empty lines: share of lines ending in terminal punctuation,
     share of short lines, duplicate-line characters, newlines per word."""
 
+    kernels: ClassVar[tuple[str, ...]] = ("fineweb_features",)
     reasons: ClassVar[tuple[str, ...]] = (
         "empty", "line_punct_ratio", "short_line_ratio", "char_dup_ratio", "list_ratio")
 
@@ -195,7 +193,8 @@ class FineWebQuality(Filter):
     new_line_ratio: Fraction = 0.3
 
     def reason_codes(self, df):
-        f = fineweb_features(*_buffers(df), self.stop_chars, self.short_line_length)
+        f = kernels_for(df).fineweb_features(*_buffers(df), self.stop_chars,
+                                             self.short_line_length)
         lines = f[:, 0]
         punct = _ratio(f[:, 1], lines)
         checks: list = [lines == 0]
@@ -236,6 +235,7 @@ class C4Quality(Filter):
     Counters: lines removed per rule (``lines:<rule>``) and lines kept.
     """
 
+    kernels: ClassVar[tuple[str, ...]] = ("c4_rewrite",)
     reasons: ClassVar[tuple[str, ...]] = ("lorem_ipsum", "curly_bracket", "too_few_sentences")
 
     remove_citations: bool = True
@@ -251,7 +251,7 @@ class C4Quality(Filter):
 
     def evaluate(self, df):
         offsets, data = _buffers(df)
-        codes, out, out_off, lines = c4_rewrite(
+        codes, out, out_off, lines = kernels_for(df).c4_rewrite(
             offsets, data, max_word_length=self.max_word_length,
             remove_citations=self.remove_citations, terminal_punct=self.filter_no_terminal_punct,
             min_words=self.min_words_per_line, lorem=self.filter_lorem_ipsum,
@@ -259,13 +259,11 @@ class C4Quality(Filter):
             policy=self.filter_policy, policy_substrings=self.policy_substrings,
             min_sentences=self.min_num_sentences)
         lines = lines.sum(axis=0)
-        new = pa.LargeStringArray.from_buffers(len(df), pa.py_buffer(out_off), pa.py_buffer(out))
-        keep = codes == 0
-        if not keep.all():  # rows that are dropped (or only flagged) keep their text
-            new = pc.if_else(pa.array(keep), new, text_array(df[TEXT]))
+        # rows that are dropped (or only flagged) keep their text
+        new = string_column(df[TEXT], out_off, out, keep=codes == 0)
         counters = {f"lines:{name}": int(lines[k]) for k, name in (
             (C4_LINE_LONG_WORD, "too_long_word"), (C4_LINE_NO_PUNCT, "no_terminal_punct"),
             (C4_LINE_FEW_WORDS, "too_few_words"), (C4_LINE_JAVASCRIPT, "javascript"),
             (C4_LINE_POLICY, "policy"), (C4_LINE_KEPT, "kept")) if lines[k]}
-        out_df = df.assign(**{TEXT: string_series(new, df.index)})
+        out_df = df.assign(**{TEXT: new})
         return codes, out_df, counters

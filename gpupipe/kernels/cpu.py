@@ -1,0 +1,20 @@
+"""The CPU launchers under the names and signatures of `gpupipe.kernels.gpu`'s: what
+`gpupipe.seam.kernels_for` hands a stage for a pandas partition (Arrow buffers in host memory).
+A stage computes with ``kernels_for(df).<name>(...)`` and runs on either target unchanged."""
+
+from __future__ import annotations
+
+from gpupipe.kernels.hashing import minhash_buffers as minhash
+from gpupipe.kernels.hashing import minhash_ngrams_buffers as minhash_ngrams
+from gpupipe.kernels.langid import langid as langid_identify
+from gpupipe.kernels.langid import langid_scores
+from gpupipe.kernels.normalize import needs_normalization
+from gpupipe.kernels.quality import c4_rewrite, fineweb_features, gopher_quality_features
+from gpupipe.kernels.repetition import gopher_repetition_features
+from gpupipe.kernels.utf8 import count_words
+from gpupipe.kernels.words import count_tokens
+
+#: every launcher; `gpupipe.kernels.gpu` has each of them (tested)
+__all__ = ["c4_rewrite", "count_tokens", "count_words", "fineweb_features",
+           "gopher_quality_features", "gopher_repetition_features", "langid_identify",
+           "langid_scores", "minhash", "minhash_ngrams", "needs_normalization"]

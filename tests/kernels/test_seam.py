@@ -1,0 +1,75 @@
+"""The backend seam: stages reach their partition only through `gpupipe.seam`, whose pandas half
+is tested here on real text and whose cuDF half is checked against the installed cuDF package
+(imports without a GPU) and, on a GPU machine, by the `gpu` tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpupipe import seam
+from gpupipe.frame import STRING
+from gpupipe.kernels import cpu
+from gpupipe.stages.filters.quality import C4Quality, GopherQuality
+
+
+def _frame(texts):
+    return pd.DataFrame({"id": pd.array([str(i) for i in range(len(texts))], dtype=STRING),
+                         "text": pd.array(texts, dtype=STRING)})
+
+
+def test_pandas_half_on_real_text(sample_records):
+    texts = [r["text"] for r in sample_records[:50]]
+    df = _frame(texts)
+    offsets, data = seam.text_buffers(df["text"])
+    assert offsets.dtype == np.int64 and len(offsets) == 51
+    assert data[offsets[7]: offsets[8]].tobytes().decode() == texts[7]
+    assert seam.kernels_for(df) is cpu
+    same = seam.string_column(df["text"], offsets, data)
+    assert same.tolist() == texts and str(same.dtype) == str(STRING)
+    keep = np.arange(50) % 2 == 0
+    empty = np.zeros(51, np.int64)
+    mixed = seam.string_column(df["text"], empty, np.zeros(0, np.uint8), keep=keep)
+    assert mixed.tolist() == ["" if k else t for k, t in zip(keep, texts)]
+    labels = seam.label_column(df, np.array([0, 2, 1] + [0] * 47, np.uint8), ("a", "b"))
+    assert labels.isna().tolist()[:4] == [True, False, False, True]
+    assert labels.tolist()[1:3] == ["b", "a"] and int(labels.isna().sum()) == 48
+    kept = seam.filter_rows(df, keep)
+    assert kept["text"].tolist() == texts[::2] and kept.index.tolist() == list(range(25))
+
+
+def test_stages_declare_backends_from_their_kernels():
+    assert GopherQuality.backends == ("pandas", "cudf")
+    assert GopherQuality.kernels == ("gopher_quality_features",)
+    assert C4Quality.backends == ("pandas", "cudf")
+    from gpupipe.stages.filters.length_filter import LengthFilter
+
+    assert LengthFilter.backends == ("pandas",)  # computes with Arrow on the host
+
+
+def test_every_cpu_launcher_has_a_gpu_launcher_with_the_same_parameters():
+    pytest.importorskip("numba_cuda")
+    from gpupipe.kernels import gpu
+
+    for name in cpu.__all__:
+        want = [p for p in inspect.signature(getattr(cpu, name)).parameters]
+        got = [p for p in inspect.signature(getattr(gpu, name)).parameters
+               if p != "chunk_bytes"]
+        assert got == want, name
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cudf") is None, reason="cuDF is not installed")
+def test_cudf_half_registers_against_the_installed_cudf():
+    import cudf
+
+    from gpupipe.kernels import gpu
+
+    assert seam.kernels_for.dispatch(cudf.DataFrame)(None) is gpu
+    for op, cls in ((seam.text_buffers, cudf.Series), (seam.string_column, cudf.Series),
+                    (seam.label_column, cudf.DataFrame), (seam.filter_rows, cudf.DataFrame)):
+        assert op.dispatch(cls).__module__ == "gpupipe.backend"
+    assert "mode" not in inspect.signature(cudf.Series.to_pylibcudf).parameters
