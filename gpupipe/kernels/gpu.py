@@ -281,8 +281,8 @@ def _fineweb_kernel(offsets, data, T, stop_table, use_table, short_len, reg, tre
 
 @cuda.jit
 def _gopher_repetition_kernel(offsets, data, T, top_ns, dup_ns, power, reg, treg, cp, ts, te,
-                              ss, se, seg_h, seg_l, tok_h, prefix, wstart, keys, cnt, used,
-                              slot, base, top, dup):
+                              ss, se, seg_h, seg_l, cprefix, tprefix, prefix, wstart, keys, cnt,
+                              used, slot, base, top, dup):
     d = cuda.grid(1)
     if d < base.shape[0]:
         r0 = reg[d]
@@ -291,9 +291,9 @@ def _gopher_repetition_kernel(offsets, data, T, top_ns, dup_ns, power, reg, treg
         t1 = treg[d + 1]
         repetition.gopher_repetition_doc(
             data, offsets[d], offsets[d + 1], T, top_ns, dup_ns, power, cp[r0:r1], ts[r0:r1],
-            te[r0:r1], ss[r0:r1], se[r0:r1], seg_h[r0:r1], seg_l[r0:r1], tok_h[r0:r1],
-            prefix[r0:r1], wstart[r0:r1], keys[t0:t1], cnt[t0:t1], used[t0:t1], slot[r0:r1],
-            base[d], top[d], dup[d])
+            te[r0:r1], ss[r0:r1], se[r0:r1], seg_h[r0:r1], seg_l[r0:r1], cprefix[r0:r1],
+            tprefix[r0:r1], prefix[r0:r1], wstart[r0:r1], keys[t0:t1], cnt[t0:t1], used[t0:t1],
+            slot[r0:r1], base[d], top[d], dup[d])
 
 
 @cuda.jit
@@ -439,8 +439,9 @@ def gopher_repetition_features(offsets, data, top_ns, dup_ns, *,
         _launch(_gopher_repetition_kernel, b - a, off[a: b + 1], dat, T, tn, dn, power,
                 to_device(reg), to_device(treg), *_scratch(size), _empty(size, np.uint64),
                 _empty(size, np.int64), _empty(size, np.uint64), _empty(size, np.uint64),
-                _empty(size, np.int64), _zeros(tsize, np.uint64), _empty(tsize, np.int64),
-                _empty(tsize, np.int64), _empty(size, np.int64), base[a:b], top[a:b], dup[a:b])
+                _empty(size, np.uint64), _empty(size, np.int64), _zeros(tsize, np.uint64),
+                _empty(tsize, np.int64), _empty(tsize, np.int64), _empty(size, np.int64),
+                base[a:b], top[a:b], dup[a:b])
     return to_host(base), to_host(top), to_host(dup)
 
 

@@ -25,19 +25,36 @@ GOLDEN = 0x9E3779B97F4A7C15
 ROLL = 0x100000001B3  # base of the rolling hash over the concatenated words
 
 
+# A span's hash is a polynomial in ROLL over its elements (mod 2**64), which a prefix array gives
+# for any span in O(1) (`span_hash`), finalised with its length by `mix`. Keys are `mix` outputs:
+# well mixed and never 0 (0 marks an empty slot).
+
+@device(inline=True)
+def mix(h, n):
+    """The final hash of a polynomial hash ``h`` of ``n`` elements: well mixed, never 0."""
+    return fmix64(h ^ (_U64(n) * _U64(GOLDEN))) | _U64(1)
+
+
+@device(inline=True)
+def span_hash(prefix, power, a, b):
+    """Polynomial hash of elements a..b-1 from ``prefix[i + 1] = prefix[i] * ROLL + x[i]``."""
+    return prefix[b] - prefix[a] * power[b - a]
+
+
 @device
 def hash_span(cp, a, b):
-    """64-bit hash of the code points cp[a:b] and their number (never 0)."""
-    h = _U64(GOLDEN) ^ _U64(b - a)
+    """Hash of the code points cp[a:b] (equals `mix` of their `span_hash`)."""
+    h = _U64(0)
     for i in range(a, b):
-        h = fmix64(h ^ _U64(cp[i] + 1))
-    return h | _U64(1)
+        h = h * _U64(ROLL) + _U64(cp[i] + 1)
+    return mix(h, b - a)
 
 
-@device
+@device(inline=True)
 def find(keys, mask, key):
-    """Slot of ``key`` (or the empty slot where it belongs)."""
-    i = np.int64(fmix64(key) & _U64(mask))
+    """Slot of ``key`` (or the empty slot where it belongs); keys are `mix` outputs, so their
+    bits above the forced low one index the table directly."""
+    i = np.int64((key >> _U64(11)) & _U64(mask))
     while keys[i] != 0 and keys[i] != key:
         i = (i + 1) & mask
     return i
@@ -81,8 +98,9 @@ def dup_stats(hashes, lengths, m, keys, used):
 
 
 @device
-def segments_dups(cp, lo, hi, sep_min, seg_h, seg_l, keys, used):
-    """Split cp[lo:hi] on runs of >= sep_min newlines; (segments, duplicates, duplicate chars)."""
+def segments_dups(cp, cprefix, power, lo, hi, sep_min, seg_h, seg_l, keys, used):
+    """Split cp[lo:hi] on runs of >= sep_min newlines; (segments, duplicates, duplicate chars).
+    ``cprefix``: the prefix hashes of ``cp``."""
     m = 0
     s = lo
     i = lo
@@ -92,14 +110,14 @@ def segments_dups(cp, lo, hi, sep_min, seg_h, seg_l, keys, used):
             while e < hi and cp[e] == 10:
                 e += 1
             if e - i >= sep_min:
-                seg_h[m] = hash_span(cp, s, i)
+                seg_h[m] = mix(span_hash(cprefix, power, s, i), i - s)
                 seg_l[m] = i - s
                 m += 1
                 s = e
             i = e
         else:
             i += 1
-    seg_h[m] = hash_span(cp, s, hi)
+    seg_h[m] = mix(span_hash(cprefix, power, s, hi), hi - s)
     seg_l[m] = hi - s
     m += 1
     dups, chars = dup_stats(seg_h, seg_l, m, keys, used)
@@ -108,34 +126,43 @@ def segments_dups(cp, lo, hi, sep_min, seg_h, seg_l, keys, used):
 
 @device
 def gopher_repetition_doc(data, start, end, T, top_ns, dup_ns, power, cp, ts, te, ss, se,
-                          seg_h, seg_l, tok_h, prefix, wstart, keys, cnt, used, slot,
+                          seg_h, seg_l, cprefix, tprefix, prefix, wstart, keys, cnt, used, slot,
                           base, top, dup):
     """Measures of ``data[start:end]`` into ``base`` (characters, paragraphs, duplicate
     paragraphs, their characters, lines, duplicate lines, their characters), ``top`` (most
     frequent n-gram's characters per ``top_ns``) and ``dup`` (repeated n-gram characters per
     ``dup_ns``). ``power[i]`` = ROLL ** i; scratch as long as the document (+1), tables of
-    `table_size` of it."""
+    `table_size` of it.
+
+    One pass of prefix hashes (over the code points, over the token hashes, over the
+    concatenated tokens) makes every line, paragraph, token and n-gram hash O(1)."""
     n = decode_doc(data, start, end, cp)
     base[0] = n
     if n == 0:
         return
+    B = _U64(ROLL)
+    cprefix[0] = _U64(0)
+    for i in range(n):
+        cprefix[i + 1] = cprefix[i] * B + _U64(cp[i] + 1)
     a, b = strip(cp, 0, n, T)
-    m, dd, dc = segments_dups(cp, a, b, 2, seg_h, seg_l, keys, used)
+    m, dd, dc = segments_dups(cp, cprefix, power, a, b, 2, seg_h, seg_l, keys, used)
     base[1] = m
     base[2] = dd
     base[3] = dc
-    m, dd, dc = segments_dups(cp, 0, n, 1, seg_h, seg_l, keys, used)
+    m, dd, dc = segments_dups(cp, cprefix, power, 0, n, 1, seg_h, seg_l, keys, used)
     base[4] = m
     base[5] = dd
     base[6] = dc
     k = tokenize(cp, 0, n, T, ts, te, ss, se)
     pos = 0
     prefix[0] = _U64(0)
-    B = _U64(ROLL)
+    tprefix[0] = _U64(0)
     for j in range(k):
-        tok_h[j] = hash_span(cp, ts[j], te[j])
+        s0 = ts[j]
+        e0 = te[j]
+        tprefix[j + 1] = tprefix[j] * B + mix(span_hash(cprefix, power, s0, e0), e0 - s0)
         wstart[j] = pos
-        for x in range(ts[j], te[j]):
+        for x in range(s0, e0):
             prefix[pos + 1] = prefix[pos] * B + _U64(cp[x] + 1)
             pos += 1
     wstart[k] = pos
@@ -148,10 +175,7 @@ def gopher_repetition_doc(data, start, end, T, top_ns, dup_ns, power, cp, ts, te
             continue
         nused = 0
         for i in range(g):
-            h = _U64(nn)
-            for x in range(i, i + nn):
-                h = fmix64(h ^ tok_h[x])
-            h |= _U64(1)
+            h = mix(span_hash(tprefix, power, i, i + nn), nn)
             s = find(keys, mask, h)
             if keys[s] != h:
                 keys[s] = h
@@ -178,12 +202,10 @@ def gopher_repetition_doc(data, start, end, T, top_ns, dup_ns, power, cp, ts, te
         while i < k - nn + 1:
             lo = wstart[i]
             hi = wstart[i + nn]
-            ln = hi - lo
-            h = prefix[hi] - prefix[lo] * power[ln]
-            h = fmix64(h ^ (_U64(ln) * _U64(GOLDEN))) | _U64(1)
+            h = mix(span_hash(prefix, power, lo, hi), hi - lo)
             s = find(keys, mask, h)
             if keys[s] == h:
-                total += ln
+                total += hi - lo
                 i += nn
             else:
                 keys[s] = h
@@ -210,7 +232,8 @@ def _gopher_repetition_cpu(offsets, data, T, top_ns, dup_ns, power, maxlen, tsiz
     cp, ts, te, ss, se = scratch(maxlen)
     seg_h = np.empty(maxlen, np.uint64)
     seg_l = np.empty(maxlen, np.int64)
-    tok_h = np.empty(maxlen, np.uint64)
+    cprefix = np.empty(maxlen + 1, np.uint64)
+    tprefix = np.empty(maxlen + 1, np.uint64)
     prefix = np.empty(maxlen + 1, np.uint64)
     wstart = np.empty(maxlen + 1, np.int64)
     keys = np.zeros(tsize, np.uint64)
@@ -219,8 +242,8 @@ def _gopher_repetition_cpu(offsets, data, T, top_ns, dup_ns, power, maxlen, tsiz
     slot = np.empty(maxlen, np.int64)
     for d in range(nd):
         gopher_repetition_doc(data, offsets[d], offsets[d + 1], T, top_ns, dup_ns, power, cp,
-                              ts, te, ss, se, seg_h, seg_l, tok_h, prefix, wstart, keys, cnt,
-                              used, slot, base[d], top[d], dup[d])
+                              ts, te, ss, se, seg_h, seg_l, cprefix, tprefix, prefix, wstart,
+                              keys, cnt, used, slot, base[d], top[d], dup[d])
     return base, top, dup
 
 
