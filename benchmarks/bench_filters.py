@@ -20,6 +20,12 @@ Documents: the sample corpus (``data/sample``), repeated ``--scale`` times. For 
 * ``pii_redact``: docs/s with all nine kinds, and with e-mail + IPv4 only against datatrove's
   ``PIIFormatter`` (which looks for those two) where installed.
 
+``--whole-run`` instead times what a user runs: ``gpupipe run`` (CLI, embedded cluster of
+``--workers`` workers) of gopher_repetition + gopher_quality against datatrove's
+``LocalPipelineExecutor`` (JsonlReader, the same two filters, JsonlWriter; ``--workers`` tasks)
+on the same JSONL files, each in a new process, wall time from start to exit. It reports both
+times, MB/s and docs/s, the ratio and the keep/drop agreement of the two outputs.
+
 datatrove is optional: ``pip install "datatrove==0.10.1" "xxhash<4" spacy regex orjson``; without
 it only gpupipe's throughput is reported.
 """
@@ -215,12 +221,84 @@ def bench_pii(parts, texts, mb):
     return entry
 
 
+def write_corpus(records, directory: Path, files: int = 8) -> float:
+    """The records as ``files`` JSONL files; MB written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for k in range(files):
+        with open(directory / f"part-{k:03d}.jsonl", "w", encoding="utf-8") as f:
+            for r in records[k::files]:
+                f.write(json.dumps({"id": r["id"], "text": r["text"]}, ensure_ascii=False) + "\n")
+    return sum(p.stat().st_size for p in directory.iterdir()) / 1e6
+
+
+DATATROVE_RUN = """
+from datatrove.executor import LocalPipelineExecutor
+from datatrove.pipeline.filters import GopherQualityFilter, GopherRepetitionFilter
+from datatrove.pipeline.readers import JsonlReader
+from datatrove.pipeline.writers import JsonlWriter
+LocalPipelineExecutor(pipeline=[JsonlReader({src!r}), GopherRepetitionFilter(),
+                                GopherQualityFilter(), JsonlWriter({out!r})],
+                      tasks={n}, workers={n}, logging_dir={logs!r}).run()
+"""
+
+
+def bench_whole_run(records, workers: int, have_dt: bool) -> dict:
+    """`gpupipe run` of the Gopher pair vs datatrove's executor, on the same files."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    root = Path(tempfile.mkdtemp(prefix="gpupipe-wholerun-"))
+    try:
+        mb = write_corpus(records, root / "in")
+        (root / "p.yaml").write_text(
+            "version: 1\nname: gopher_pair\n"
+            f"input: {{format: jsonl, path: {root / 'in'}, id_column: id}}\n"
+            "stages:\n  - stage: gopher_repetition\n  - stage: gopher_quality\n"
+            f"output: {{path: {root / 'gp'}}}\n")
+        gpupipe = [sys.executable, "-m", "gpupipe.cli", "run", str(root / "p.yaml"),
+                   "--workers", str(workers), "--overwrite", "--no-progress"]
+        t0 = time.perf_counter()
+        r = subprocess.run(gpupipe, capture_output=True, text=True, cwd=REPO)
+        t_gp = time.perf_counter() - t0
+        if r.returncode:
+            raise SystemExit(f"gpupipe run failed:\n{r.stderr[-3000:]}")
+        ours = set(pq.read_table(root / "gp" / "data", columns=["id"])["id"].to_pylist())
+        n = len(records)
+        entry = {"docs": n, "mb": round(mb, 1), "workers": workers,
+                 "gpupipe": {"seconds": round(t_gp, 2), "mb_per_s": round(mb / t_gp, 2),
+                             "docs_per_s": round(n / t_gp), "kept": len(ours)}}
+        if not have_dt:
+            return entry
+        code = DATATROVE_RUN.format(src=str(root / "in"), out=str(root / "dt"), n=workers,
+                                    logs=str(root / "dt-logs"))
+        t0 = time.perf_counter()
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        t_dt = time.perf_counter() - t0
+        if r.returncode:
+            raise SystemExit(f"datatrove failed:\n{r.stderr[-3000:]}")
+        theirs = {json.loads(line)["id"] for f in (root / "dt").glob("*.jsonl.gz")
+                  for line in gzip.open(f, "rt", encoding="utf-8")}
+        entry["datatrove"] = {"seconds": round(t_dt, 2), "mb_per_s": round(mb / t_dt, 3),
+                              "docs_per_s": round(n / t_dt), "kept": len(theirs)}
+        entry["ratio"] = round(t_dt / t_gp, 1)
+        entry["agreement"] = round(1 - len(ours ^ theirs) / n, 4)
+        return entry
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scale", type=int, default=1)
     ap.add_argument("--partition", type=int, default=2000)
-    ap.add_argument("--workers", type=int, default=1, help="unused (one thread each); accepted "
-                                                           "for symmetry with the other scripts")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="--whole-run: workers of gpupipe and tasks of datatrove (default 2); "
+                         "otherwise unused (one thread each)")
+    ap.add_argument("--whole-run", action="store_true",
+                    help="time gpupipe run against datatrove's executor on the Gopher pair")
     args = ap.parse_args()
 
     from gpupipe.stages import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
@@ -240,6 +318,10 @@ def main() -> int:
     except ImportError:
         have_dt = False
 
+    if args.whole_run:
+        report = {"whole_run": bench_whole_run(records, args.workers or 2, have_dt)}
+        print(json.dumps(report, indent=2))
+        return 0
     report = {"documents": len(texts), "mb": round(mb, 2), "datatrove": have_dt, "filters": {}}
     pairs = [
         ("gopher_quality", GopherQuality(), have_dt and GopherQualityFilter(),

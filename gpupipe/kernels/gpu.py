@@ -28,7 +28,10 @@ from numba import cuda
 
 from gpupipe.charsets import char_table
 from gpupipe.kernels import hashing, langid, normalize, quality, repetition, utf8, words
-from gpupipe.kernels.target import SIMULATOR, max_len
+from gpupipe.kernels.target import SIMULATOR, max_len, register_cuda_mul_rn
+
+if not SIMULATOR:
+    register_cuda_mul_rn()
 
 THREADS = 32 if SIMULATOR else 128
 CHUNK_BYTES = 1 << 26  # 64 MiB of text per launch: scratch is ~100 bytes per byte of text

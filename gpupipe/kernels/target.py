@@ -97,11 +97,10 @@ def _mul_rn_cpu(x, y):
     return lambda x, y: x * y  # numba's CPU target does not contract without fastmath
 
 
-def _register_cuda_mul_rn():
-    try:
-        from numba.cuda import libdevice
-    except ImportError:  # numba-cuda is not installed: there is no CUDA target to serve
-        return
+def register_cuda_mul_rn():
+    """The CUDA lowering of `mul_rn` (called by `gpupipe.kernels.gpu`, which alone imports
+    numba.cuda: a CPU run never pays for importing it)."""
+    from numba.cuda import libdevice
 
     @overload(mul_rn, target="cuda")
     def _mul_rn_cuda(x, y):
@@ -109,9 +108,6 @@ def _register_cuda_mul_rn():
             return lambda x, y: libdevice.dmul_rn(x, y)
         return lambda x, y: libdevice.fmul_rn(x, y)
 
-
-if not SIMULATOR:
-    _register_cuda_mul_rn()
 
 
 def max_len(offsets) -> int:
