@@ -142,8 +142,26 @@ def _url_like(cp, a, b, T):
 
 
 @device
+def _is_cannot(cp, a, b):
+    return b - a == 6 and lower_ascii(cp[a]) == 99 and lower_ascii(cp[a + 1]) == 97 and \
+        lower_ascii(cp[a + 2]) == 110 and lower_ascii(cp[a + 3]) == 110 and \
+        lower_ascii(cp[a + 4]) == 111 and lower_ascii(cp[a + 5]) == 116
+
+
+@device
 def _split_piece(cp, a, b, T, ts, te, k, ss, se):
     """Tokens of the whitespace-free piece cp[a:b], appended at ts/te[k:]; returns the new k."""
+    # most pieces are letters and digits only: no rule below splits those, but for "cannot"
+    plain = True
+    for x in range(a, b):
+        t = T[cp[x]]
+        if (t & (ALPHA | DIGIT)) == 0 or (t & (PREFIX | SUFFIX | HYPHEN)) != 0:
+            plain = False
+            break
+    if plain and not _is_cannot(cp, a, b):
+        ts[k] = a
+        te[k] = b
+        return k + 1
     # prefixes
     while a < b:
         e = _emoticon(cp, a, b)
@@ -217,9 +235,7 @@ def _split_piece(cp, a, b, T, ts, te, k, ss, se):
                 b -= 1
                 continue
             break
-        if b - a == 6 and lower_ascii(cp[a]) == 99 and lower_ascii(cp[a + 1]) == 97 and \
-                lower_ascii(cp[a + 2]) == 110 and lower_ascii(cp[a + 3]) == 110 and \
-                lower_ascii(cp[a + 4]) == 111 and lower_ascii(cp[a + 5]) == 116:  # cannot
+        if _is_cannot(cp, a, b):
             ss[ns] = a + 3
             se[ns] = b
             ns += 1
