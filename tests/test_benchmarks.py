@@ -23,3 +23,22 @@ def test_benchmark_script_runs(script, args, key):
     for part in key.split("."):
         report = report[part]
     assert report["seconds"] > 0
+
+
+def test_bench_gpu_runs_in_the_simulator():
+    """bench_gpu.py is for a GPU machine; the simulator shows the script itself works."""
+    import os
+
+    pytest.importorskip("numba_cuda")
+    r = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--scale", "1", "--sample",
+                        "4", "--max-doc-bytes", "120", "--repeat", "1"],
+                       capture_output=True, text=True, timeout=400,
+                       env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads(r.stdout)
+    assert report["documents"] == 4
+    assert {k: v["mismatches"] for k, v in report["kernels"].items()} == {
+        "count_words": 0, "normalize_quick_check": 0, "word_tokens": 0, "gopher_quality": 0,
+        "gopher_repetition": 0, "fineweb_quality": 0, "c4_quality": 0, "minhash_chars": 0,
+        "minhash_words": 0, "language_id": 0}
+    assert report["gopher_pair"]["target_gpu_gb_per_s"] == 1.0
