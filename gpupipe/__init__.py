@@ -29,6 +29,15 @@ def stage_names() -> list[str]:
     return list(all_stages())
 
 
+def check_gpu(data="data", *, sample: int = 1000, max_doc_bytes: int | None = None,
+              kernels: list[str] | None = None) -> list[dict]:
+    """Every text kernel on the CPU and on the GPU, compared bit for bit (what
+    ``gpupipe check-gpu`` runs); see `gpupipe.kernels.checks.check_gpu`."""
+    from gpupipe.kernels.checks import check_gpu as run
+
+    return run(data, sample=sample, max_doc_bytes=max_doc_bytes, kernels=kernels)
+
+
 __all__ = [
     "BackendUnavailableError",
     "ClusterError",
@@ -40,6 +49,7 @@ __all__ = [
     "SpecError",
     "StageError",
     "__version__",
+    "check_gpu",
     "read_jsonl",
     "read_parquet",
     "stage_names",

@@ -240,6 +240,10 @@ def cmd_check_gpu(args) -> int:
     import os
     import subprocess
 
+    for name in ("sample", "max_doc_bytes"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise SpecError(f"--{name.replace('_', '-')}: expected at least 1, got {value}")
     if importlib.util.find_spec("numba_cuda") is None:
         raise BackendUnavailableError(f"check-gpu needs numba-cuda, which is not installed: "
                                       f"{KERNELS_INSTALL}")

@@ -259,6 +259,48 @@ def run(texts, *, names: list[str] | None = None, progress=None) -> list[dict]:
     return out
 
 
+def check_gpu(data="data", *, sample: int = 1000, max_doc_bytes: int | None = None,
+              kernels: list[str] | None = None) -> list[dict]:
+    """Run every text kernel (or those named) on the CPU and on the GPU and compare them bit for
+    bit: one dict per kernel with ``docs``, ``mismatches`` (must be 0), docs/s and MB/s on each
+    side. ``data``: JSONL / Parquet files, a directory or a glob, or a list of texts.
+
+    >>> import gpupipe as gp
+    >>> [r["mismatches"] for r in gp.check_gpu("data/sample", sample=200)]  # doctest: +SKIP
+    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    """
+    from gpupipe.errors import BackendUnavailableError, InputError, SpecError
+    from gpupipe.kernels.gpu import usable
+
+    if sample < 1:
+        raise SpecError(f"sample: expected at least 1 document, got {sample}")
+    if max_doc_bytes is not None and max_doc_bytes < 1:
+        raise SpecError(f"max_doc_bytes: expected at least 1, got {max_doc_bytes}")
+    known = [c.name for c in CHECKS]
+    unknown = [k for k in kernels or () if k not in known]
+    if unknown:
+        raise SpecError(f"unknown kernel(s) {unknown}; the kernels are: {', '.join(known)}")
+    ok, why = usable()
+    if not ok:
+        raise BackendUnavailableError(
+            f"no usable GPU here ({why}). On a GPU machine: pip install 'gpupipe[kernels-cu12]' "
+            f"(kernels-cu13 for CUDA 13 drivers). Without a GPU: gpupipe check-gpu --simulate "
+            f"or --compile-only")
+    if isinstance(data, str | bytes) or hasattr(data, "__fspath__"):
+        texts = load_texts(str(data), sample, max_doc_bytes=max_doc_bytes)
+    else:
+        try:
+            texts = pa.array(list(data)[:sample], pa.large_string())
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            raise InputError(f"check_gpu: data must be a path or a list of strings ({e})") from None
+        if max_doc_bytes is not None:
+            texts = pa.array([_cut(t, max_doc_bytes) for t in texts.to_pylist()],
+                             pa.large_string())
+    if len(texts) == 0:
+        raise InputError(f"check_gpu: no document in {data!r}")
+    return run(texts, names=kernels)
+
+
 def format_table(results: list[dict]) -> str:
     head = f"{'kernel':<22}{'docs':>7}{'mismatches':>12}{'CPU docs/s':>13}{'GPU docs/s':>13}" \
            f"{'CPU MB/s':>10}{'GPU MB/s':>10}"
@@ -278,32 +320,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernel", action="append", default=None)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    from gpupipe.errors import GpupipeError
+    from gpupipe.errors import BackendUnavailableError, GpupipeError
     from gpupipe.kernels.gpu import usable
 
-    ok, why = usable()
-    if not ok:
-        print(f"error: check-gpu: no usable GPU: {why}", file=sys.stderr)
-        return 2
     try:
-        texts = load_texts(args.path, args.sample, max_doc_bytes=args.max_doc_bytes)
-    except GpupipeError as e:
+        results = check_gpu(args.path, sample=args.sample, max_doc_bytes=args.max_doc_bytes,
+                            kernels=args.kernel)
+    except BackendUnavailableError as e:
         print(f"error: check-gpu: {e}", file=sys.stderr)
         return 2
-    if len(texts) == 0:
-        print(f"error: check-gpu: no document in {args.path}", file=sys.stderr)
-        return 2
-    results = run(texts, names=args.kernel,
-                  progress=None if args.json else lambda k: print(f"  {k} ...", file=sys.stderr))
+    except GpupipeError as e:
+        print(f"error: check-gpu: {e}", file=sys.stderr)
+        return e.exit_code if e.exit_code != 1 else 2
+    device = usable()[1]
     if args.json:
-        print(json.dumps({"device": why, "results": results}, indent=2))
+        print(json.dumps({"device": device, "results": results}, indent=2))
     else:
-        print(f"GPU side: {why}; {len(texts)} documents from {args.path}")
+        print(f"GPU side: {device}; {results[0]['docs'] if results else 0} documents from "
+              f"{args.path}")
         print(format_table(results))
     bad = sum(r["mismatches"] for r in results)
     if bad:
-        print(f"check-gpu: {bad} mismatching document results: the GPU kernels do not agree "
-              f"with the CPU kernels", file=sys.stderr)
+        worst = [f"{r['kernel']} ({r['mismatches']}, first: document {r['first_mismatch']})"
+                 for r in results if r["mismatches"]]
+        print(f"check-gpu: the GPU kernels disagree with the CPU kernels: {', '.join(worst)}",
+              file=sys.stderr)
         return 1
     return 0
 
