@@ -189,7 +189,9 @@ def prepare(arr):
     """py3langid's input: all-uppercase texts lowercased, then NFC (Arrow, on the host)."""
     import pyarrow.compute as pc
 
+    from gpupipe.kernels.normalize import normalize
+
     upper = pc.utf8_is_upper(arr)
     if pc.any(upper).as_py():
         arr = pc.if_else(upper, pc.utf8_lower(arr), arr)
-    return pc.utf8_normalize(arr, form="NFC")
+    return normalize(arr, "NFC")  # only the strings that are not NFC already

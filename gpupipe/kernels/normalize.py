@@ -63,3 +63,20 @@ def needs_normalization(offsets, data, form: str) -> np.ndarray:
     """Per string: whether Unicode normalisation ``form`` might change it (never a false "no")."""
     return _needs_normalization_cpu(offsets, data, stable_table(form),
                                     np.empty(len(offsets) - 1, dtype=np.bool_))
+
+
+def normalize(arr, form: str):
+    """Unicode normalisation ``form`` of an Arrow string array, applied (by Arrow, on the host)
+    only to the strings the quick check cannot clear: most text is already NFC."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from gpupipe.kernels.utf8 import utf8_buffers
+
+    need = needs_normalization(*utf8_buffers(arr), form)
+    if not need.any():
+        return arr
+    if need.all():
+        return pc.utf8_normalize(arr, form=form)
+    mask = pa.array(need)
+    return pc.replace_with_mask(arr, mask, pc.utf8_normalize(arr.filter(mask), form=form))

@@ -79,12 +79,11 @@ _ASSIGNED = st.characters(exclude_categories=["Cn", "Cs"])
 def test_unicode_forms_equal_python(texts, form):
     import pyarrow as pa
 
-    from gpupipe.kernels.normalize import needs_normalization
+    from gpupipe.kernels.normalize import needs_normalization, normalize
     from gpupipe.kernels.utf8 import utf8_buffers
-    from gpupipe.stages.transforms.normalize_text import _normalize
 
     arr = pa.array(texts, pa.large_string())
-    got = _normalize(arr, form).to_pylist()
+    got = normalize(arr, form).to_pylist()
     assert got == [unicodedata.normalize(form, t) for t in texts]
     for t, need in zip(texts, needs_normalization(*utf8_buffers(arr), form)):
         if not need:

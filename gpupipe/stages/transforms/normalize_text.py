@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
 from gpupipe.frame import TEXT, string_series, text_array
-from gpupipe.kernels.normalize import needs_normalization
-from gpupipe.kernels.utf8 import utf8_buffers
+from gpupipe.kernels.normalize import normalize
 from gpupipe.stages.base import StageResult, Transform, stage
 
 # Line separators other than "\n" (CR LF, CR, VT, FF, NEL, LINE/PARAGRAPH SEPARATOR).
@@ -19,17 +17,6 @@ _NEWLINES = r"\r\n|[\r\x0b\x0c\x{85}\x{2028}\x{2029}]"
 _CONTROL = r"[\x00-\x08\x0e-\x1f\x7f-\x{9f}\x{feff}\x{200b}]"
 # Unicode space characters other than the ASCII space (no-break, en/em, ideographic ...).
 _UNICODE_SPACES = r"[\x{a0}\x{1680}\x{2000}-\x{200a}\x{202f}\x{205f}\x{3000}]"
-
-
-def _normalize(arr, form: str):
-    """Unicode normalisation of only the strings it can change (most text is already NFC)."""
-    need = needs_normalization(*utf8_buffers(arr), form)
-    if not need.any():
-        return arr
-    if need.all():
-        return pc.utf8_normalize(arr, form=form)
-    mask = pa.array(need)
-    return pc.replace_with_mask(arr, mask, pc.utf8_normalize(arr.filter(mask), form=form))
 
 
 @stage("normalize_text")
@@ -60,7 +47,7 @@ class NormalizeText(Transform):
         if self.remove_control:
             arr = pc.replace_substring_regex(arr, pattern=_CONTROL, replacement="")
         if self.form is not None:
-            arr = _normalize(arr, self.form)
+            arr = normalize(arr, self.form)
         if self.unicode_spaces:
             arr = pc.replace_substring_regex(arr, pattern=_UNICODE_SPACES, replacement=" ")
         if self.collapse_spaces:
