@@ -198,6 +198,11 @@ CHECKS: tuple[Check, ...] = (
     Check("c4_quality", "c4_quality (reason codes, rewritten text, line counts)",
           lambda s: _c4(quality.c4_rewrite(s.offsets, s.data, **C4_OPTIONS)),
           lambda s: _c4(_gpu().c4_rewrite(s.offsets, s.data, **C4_OPTIONS))),
+    Check("xxh64", "exact_dedup (xxhash64, as cuDF's hash_values)",
+          lambda s: (hashing.xxh64_strings(s.offsets, s.data), hashing.xxh64_strings(
+              s.offsets, s.data, 2**63 + 7)),
+          lambda s: (_gpu().xxh64_strings(s.offsets, s.data), _gpu().xxh64_strings(
+              s.offsets, s.data, 2**63 + 7))),
     Check("minhash_chars", "fuzzy_dedup preset nemo (char shingles, 32 and 64 bit)",
           lambda s: (hashing.minhash(s.texts, seed=42, a=A32, b=B32, width=24),
                      hashing.minhash(s.texts, seed=42, a=A64, b=B64, width=24, bits=64)),

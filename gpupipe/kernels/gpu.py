@@ -156,7 +156,10 @@ def to_device(x):
         return np.array(x)  # compile only: a writable host array of the same type
     if _is_device(x):
         return cuda.as_cuda_array(x)
-    return cuda.to_device(np.ascontiguousarray(x))
+    x = np.ascontiguousarray(x)
+    if x.size == 0 and x.ndim == 1:  # no zero-byte device allocation: a view of one element
+        return cuda.to_device(np.zeros(1, x.dtype))[:0]
+    return cuda.to_device(x)
 
 
 def _zeros(shape, dtype):
@@ -314,6 +317,13 @@ def _c4_kernel(offsets, data, T, max_word_length, remove_citations, terminal_pun
             out, offsets[d] - base, counts[d])
         codes[d] = code
         ends[d] = end
+
+
+@cuda.jit
+def _xxh64_kernel(offsets, data, seed, out):
+    d = cuda.grid(1)
+    if d < out.shape[0]:
+        out[d] = hashing.xxh64(data, offsets[d], offsets[d + 1], seed)
 
 
 @cuda.jit
@@ -482,6 +492,14 @@ def c4_rewrite(offsets, data, *, max_word_length: int, remove_citations: bool,
     keep = np.cumsum(mark[:-1]) > 0
     text = to_host(out)[:total][keep] if total else np.zeros(0, np.uint8)
     return codes, text, new_off, counts
+
+
+def xxh64_strings(offsets, data, seed: int = 0) -> np.ndarray:
+    """`gpupipe.kernels.hashing.xxh64_strings` on the GPU."""
+    n = len(offsets) - 1
+    out = _empty(n, np.uint64)
+    _launch(_xxh64_kernel, n, to_device(offsets), to_device(data), np.uint64(seed), out)
+    return to_host(out)
 
 
 def minhash(offsets, data, *, seed: int, a, b, width: int, bits: int = 32) -> np.ndarray:

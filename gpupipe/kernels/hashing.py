@@ -1,4 +1,5 @@
-"""Hash functions and MinHash signatures, bit-identical to cuDF's ``nvtext`` minhash (numba kernels).
+"""Hash functions (fmix64, MurmurHash3, XXH64) and MinHash signatures, bit-identical to cuDF's
+``nvtext`` minhash and ``hash_values``.
 
 Algorithm (shared/FILTERS.md; pinned by shared/minhash_vectors.json):
 
@@ -22,7 +23,8 @@ from gpupipe.kernels.target import device
 from gpupipe.kernels.utf8 import utf8_buffers
 
 __all__ = ["MERSENNE_61", "fmix64", "list_buffers", "minhash", "minhash_buffers", "minhash_ngrams",
-           "minhash_ngrams_buffers", "murmur3_32", "murmur3_64"]
+           "minhash_ngrams_buffers", "murmur3_32", "murmur3_64", "xxh64",
+           "xxh64_strings"]
 
 _U64 = np.uint64
 
@@ -148,6 +150,98 @@ def murmur3_64(data, start, end, seed):
     h2 = fmix64(h2)
     h1 += h2
     return h1
+
+
+# --------------------------------------------------------------------------- xxHash64
+
+_P1 = np.uint64(0x9E3779B185EBCA87)
+_P2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_P3 = np.uint64(0x165667B19E3779F9)
+_P4 = np.uint64(0x85EBCA77C2B2AE63)
+_P5 = np.uint64(0x27D4EB2F165667C5)
+
+
+@device(inline=True)
+def _read64(data, p):
+    v = np.uint64(0)
+    for b in range(8):
+        v |= np.uint64(data[p + b]) << np.uint64(8 * b)
+    return v
+
+
+@device(inline=True)
+def _xxround(acc, lane):
+    acc += lane * _P2
+    acc = _rotl64(acc, 31)
+    return acc * _P1
+
+
+@device(inline=True)
+def _xxmerge(h, v):
+    h ^= _xxround(np.uint64(0), v)
+    return h * _P1 + _P4
+
+
+@device
+def xxh64(data, start, end, seed):
+    """XXH64 of ``data[start:end]`` (== ``xxhash.xxh64_intdigest(bytes, seed)``; what cuDF's
+    ``hash_values(method="xxhash64")`` gives with seed 0)."""
+    n = end - start
+    p = start
+    seed = np.uint64(seed)
+    if n >= 32:
+        v1 = seed + _P1 + _P2
+        v2 = seed + _P2
+        v3 = seed
+        v4 = seed - _P1
+        limit = end - 32
+        while p <= limit:
+            v1 = _xxround(v1, _read64(data, p))
+            v2 = _xxround(v2, _read64(data, p + 8))
+            v3 = _xxround(v3, _read64(data, p + 16))
+            v4 = _xxround(v4, _read64(data, p + 24))
+            p += 32
+        h = _rotl64(v1, 1) + _rotl64(v2, 7) + _rotl64(v3, 12) + _rotl64(v4, 18)
+        h = _xxmerge(h, v1)
+        h = _xxmerge(h, v2)
+        h = _xxmerge(h, v3)
+        h = _xxmerge(h, v4)
+    else:
+        h = seed + _P5
+    h += np.uint64(n)
+    while p + 8 <= end:
+        h ^= _xxround(np.uint64(0), _read64(data, p))
+        h = _rotl64(h, 27) * _P1 + _P4
+        p += 8
+    if p + 4 <= end:
+        k = np.uint64(0)
+        for b in range(4):
+            k |= np.uint64(data[p + b]) << np.uint64(8 * b)
+        h ^= k * _P1
+        h = _rotl64(h, 23) * _P2 + _P3
+        p += 4
+    while p < end:
+        h ^= np.uint64(data[p]) * _P5
+        h = _rotl64(h, 11) * _P1
+        p += 1
+    h ^= h >> np.uint64(33)
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    h ^= h >> np.uint64(32)
+    return h
+
+
+@numba.njit(cache=True, nogil=True)
+def _xxh64_cpu(offsets, data, seed, out):
+    for d in range(out.shape[0]):
+        out[d] = xxh64(data, offsets[d], offsets[d + 1], seed)
+    return out
+
+
+def xxh64_strings(offsets, data, seed: int = 0) -> np.ndarray:
+    """uint64 XXH64 of every string of the ``(offsets, data)`` UTF-8 view."""
+    return _xxh64_cpu(offsets, data, np.uint64(seed), np.empty(len(offsets) - 1, np.uint64))
 
 
 @device

@@ -8,9 +8,11 @@ from typing import ClassVar, Literal
 
 import numpy as np
 import pandas as pd
-import xxhash
+import pyarrow as pa
 
 from gpupipe.frame import ID, TEXT, text_array
+from gpupipe.kernels.hashing import xxh64_strings
+from gpupipe.kernels.utf8 import utf8_buffers
 from gpupipe.stages.base import GlobalStage, stage
 from gpupipe.stages.dedup.common import (
     POS,
@@ -23,25 +25,26 @@ from gpupipe.stages.dedup.common import (
 )
 
 
-def normalized_texts(df: pd.DataFrame, normalize: bool) -> list[str]:
+def normalized_texts(df: pd.DataFrame, normalize: bool) -> pa.Array:
+    arr = text_array(df[TEXT])
     if not normalize:
-        return df[TEXT].tolist()
+        return arr
     import pyarrow.compute as pc
 
-    arr = pc.utf8_normalize(text_array(df[TEXT]), form="NFKC")
+    arr = pc.utf8_normalize(arr, form="NFKC")
     arr = pc.utf8_lower(arr)
-    arr = pc.utf8_trim_whitespace(pc.replace_substring_regex(arr, pattern=r"\s+", replacement=" "))
-    return arr.to_pylist()
+    return pc.utf8_trim_whitespace(pc.replace_substring_regex(arr, pattern=r"\s+",
+                                                              replacement=" "))
 
 
-def text_hashes(texts: list[str], algorithm: str) -> tuple[np.ndarray, np.ndarray]:
+def text_hashes(texts: pa.Array | list[str], algorithm: str) -> tuple[np.ndarray, np.ndarray]:
     """Two uint64 halves of md5 (as cuDF's md5 hex, first 16 bytes) or (xxh64, 0)."""
+    if not isinstance(texts, pa.Array):
+        texts = pa.array(list(texts), pa.large_string())
     n = len(texts)
-    if algorithm == "xxhash64":
-        h = np.fromiter((xxhash.xxh64_intdigest(t.encode("utf-8")) for t in texts),
-                        dtype=np.uint64, count=n)
-        return h, np.zeros(n, dtype=np.uint64)
-    raw = b"".join(hashlib.md5(t.encode("utf-8")).digest() for t in texts)
+    if algorithm == "xxhash64":  # compiled, over the Arrow buffers
+        return xxh64_strings(*utf8_buffers(texts)), np.zeros(n, dtype=np.uint64)
+    raw = b"".join(hashlib.md5(t.encode("utf-8")).digest() for t in texts.to_pylist())
     both = np.frombuffer(raw, dtype=">u8").reshape(n, 2) if n else np.zeros((0, 2), ">u8")
     return both[:, 0].astype(np.uint64), both[:, 1].astype(np.uint64)
 

@@ -38,6 +38,21 @@ def test_murmur3_equals_reference(data, seed):
                                                                          signed=False)[0]
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=100), max_size=6), st.integers(0, 2**64 - 1))
+def test_xxh64_equals_the_xxhash_package(items, seed):
+    import pyarrow as pa
+    import xxhash
+
+    from gpupipe.kernels.hashing import xxh64_strings
+    from gpupipe.kernels.utf8 import utf8_buffers
+
+    arr = pa.array(items, pa.large_binary()).cast(pa.large_string(), safe=False)
+    offsets, data = utf8_buffers(arr)
+    assert xxh64_strings(offsets, data, seed).tolist() == [
+        xxhash.xxh64_intdigest(b, seed) for b in items]
+
+
 def test_edge_cases():
     sig = minhash(["", "ab", "abcdef"], seed=1, a=[3, 5], b=[7, 11], width=4)
     assert sig[0].tolist() == [0, 0]                 # empty string: zeros
