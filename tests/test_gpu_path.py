@@ -117,8 +117,11 @@ def test_partition_size_follows_device_memory_on_cuda_clusters():
 def test_explain_names_stages_converted_for_another_backend():
     stages = [LengthFilter(min_words=3), GopherQuality()]
     assert stage_backends(stages, "pandas") == [("pandas", False), ("pandas", False)]
-    # gopher_quality computes with kernels and the seam only: native on cuDF
-    assert stage_backends(stages, "cudf") == [("pandas", True), ("cudf", False)]
+    # both compute with kernels and the seam only: native on cuDF
+    assert stage_backends(stages, "cudf") == [("cudf", False), ("cudf", False)]
+    from gpupipe.stages import NormalizeText
+
+    assert stage_backends([NormalizeText()], "cudf") == [("pandas", True)]
 
 
 # ---------------------------------------------------------------------------- KvikIO settings

@@ -171,9 +171,10 @@ def _langid_gpu(s: Sample) -> tuple:
 TOP, DUP = [2, 3, 4], [5, 6, 7, 8, 9, 10]
 
 CHECKS: tuple[Check, ...] = (
-    Check("count_words", "length_filter (words), word_count_filter (whitespace)",
-          lambda s: (utf8.count_words(s.offsets, s.data),),
-          lambda s: (_gpu().count_words(s.offsets, s.data),)),
+    Check("count_chars_words", "length_filter, word_count_filter (whitespace)",
+          lambda s: (utf8.count_chars(s.offsets, s.data), utf8.count_words(s.offsets, s.data)),
+          lambda s: (_gpu().count_chars(s.offsets, s.data),
+                     _gpu().count_words(s.offsets, s.data))),
     Check("normalize_quick_check", "normalize_text (NFC and NFKC)",
           lambda s: (normalize.needs_normalization(s.offsets, s.data, "NFC"),
                      normalize.needs_normalization(s.offsets, s.data, "NFKC")),

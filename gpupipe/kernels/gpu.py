@@ -236,6 +236,13 @@ def _host_offsets(offsets) -> np.ndarray:
 # --------------------------------------------------------------------------- kernels
 
 @cuda.jit
+def _count_chars_kernel(offsets, data, out):
+    d = cuda.grid(1)
+    if d < out.shape[0]:
+        out[d] = utf8.count_chars_doc(data, offsets[d], offsets[d + 1])
+
+
+@cuda.jit
 def _count_words_kernel(offsets, data, out):
     d = cuda.grid(1)
     if d < out.shape[0]:
@@ -355,6 +362,15 @@ def _langid_kernel(offsets, data, nextmove, rowbase, out_feat, ptc, prior, log1p
 
 
 # --------------------------------------------------------------------------- launchers
+
+def count_chars(offsets, data) -> np.ndarray:
+    """`gpupipe.kernels.utf8.count_chars` on the GPU."""
+    off, dat = to_device(offsets), to_device(data)
+    n = len(offsets) - 1
+    out = _zeros(n, np.int64)
+    _launch(_count_chars_kernel, n, off, dat, out)
+    return to_host(out)
+
 
 def count_words(offsets, data) -> np.ndarray:
     """`gpupipe.kernels.utf8.count_words` on the GPU."""

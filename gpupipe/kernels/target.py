@@ -109,7 +109,6 @@ def register_cuda_mul_rn():
         return lambda x, y: libdevice.fmul_rn(x, y)
 
 
-
 def max_len(offsets) -> int:
     """Length of the longest string plus one (scratch size of a CPU launcher)."""
     return int(np.diff(offsets).max()) + 1 if len(offsets) > 1 else 1

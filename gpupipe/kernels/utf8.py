@@ -17,7 +17,7 @@ import pyarrow as pa
 from gpupipe.charsets import LINEBREAK, SPACE, char_table
 from gpupipe.kernels.target import device
 
-__all__ = ["char_table", "count_words", "decode", "decode_doc", "has", "next_line",
+__all__ = ["char_table", "count_chars", "count_words", "decode", "decode_doc", "has", "next_line",
            "separator_table", "split_words", "strip", "utf8_buffers"]
 
 
@@ -66,6 +66,30 @@ def decode_doc(data, start, end, cp):
 def has(T, c, flag):
     """Code point ``c`` is in class ``flag`` of the class table ``T``."""
     return (T[c] & flag) != 0
+
+
+# --------------------------------------------------------------------------- characters
+
+@device
+def count_chars_doc(data, start, end):
+    """Code points of the UTF-8 string ``data[start:end]`` (Python's ``len``)."""
+    n = 0
+    for i in range(start, end):
+        if (data[i] & 0xC0) != 0x80:
+            n += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_chars_cpu(offsets, data, out):
+    for d in range(out.shape[0]):
+        out[d] = count_chars_doc(data, offsets[d], offsets[d + 1])
+    return out
+
+
+def count_chars(offsets, data) -> np.ndarray:
+    """int64 code points per string, identical to ``len(s)``."""
+    return _count_chars_cpu(offsets, data, np.empty(len(offsets) - 1, dtype=np.int64))
 
 
 # --------------------------------------------------------------------------- whitespace words

@@ -47,8 +47,11 @@ def test_stages_declare_backends_from_their_kernels():
     assert GopherQuality.kernels == ("gopher_quality_features",)
     assert C4Quality.backends == ("pandas", "cudf")
     from gpupipe.stages.filters.length_filter import LengthFilter
+    from gpupipe.stages.filters.simple import WordCountFilter
+    from gpupipe.stages.transforms.normalize_text import NormalizeText
 
-    assert LengthFilter.backends == ("pandas",)  # computes with Arrow on the host
+    assert LengthFilter.backends == WordCountFilter.backends == ("pandas", "cudf")
+    assert NormalizeText.backends == ("pandas",)  # Arrow regexes and normalisation on the host
 
 
 def test_every_cpu_launcher_has_a_gpu_launcher_with_the_same_parameters():

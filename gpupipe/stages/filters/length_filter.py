@@ -6,9 +6,9 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from gpupipe.frame import TEXT, text_array
+from gpupipe.frame import TEXT
+from gpupipe.seam import kernels_for, text_buffers
 from gpupipe.stages.base import Filter, first_failure, stage
-from gpupipe.text import count_chars, count_words
 
 NonNegative = Annotated[int | None, Field(ge=0)]
 
@@ -27,6 +27,7 @@ class LengthFilter(Filter):
         "too_few_words",
         "too_many_words",
     )
+    kernels: ClassVar[tuple[str, ...]] = ("count_chars", "count_words")
 
     min_chars: NonNegative = None
     max_chars: NonNegative = None
@@ -40,14 +41,14 @@ class LengthFilter(Filter):
                 raise ValueError(f"min_{unit} ({lo}) is greater than max_{unit} ({hi})")
 
     def reason_codes(self, df):
-        arr = text_array(df[TEXT])
+        kernels, buffers = kernels_for(df), text_buffers(df[TEXT])
         checks = [None] * 4
         if self.min_chars is not None or self.max_chars is not None:
-            chars = count_chars(arr)
+            chars = kernels.count_chars(*buffers)
             checks[0] = chars < self.min_chars if self.min_chars is not None else None
             checks[1] = chars > self.max_chars if self.max_chars is not None else None
         if self.min_words is not None or self.max_words is not None:
-            words = count_words(arr)
+            words = kernels.count_words(*buffers)
             checks[2] = words < self.min_words if self.min_words is not None else None
             checks[3] = words > self.max_words if self.max_words is not None else None
         return first_failure(checks, len(df))

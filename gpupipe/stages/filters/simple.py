@@ -10,8 +10,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from gpupipe.frame import ID, TEXT, text_array
-from gpupipe.kernels.utf8 import utf8_buffers
-from gpupipe.kernels.words import count_tokens
+from gpupipe.seam import kernels_for, text_buffers
 from gpupipe.stages.base import Filter, first_failure, stage
 
 Count = Annotated[int | None, Field(ge=0)]
@@ -27,6 +26,7 @@ class WordCountFilter(Filter):
     """
 
     reasons: ClassVar[tuple[str, ...]] = ("too_few_words", "too_many_words")
+    kernels: ClassVar[tuple[str, ...]] = ("count_tokens", "count_words")
 
     min_words: Count = None
     max_words: Count = None
@@ -39,13 +39,11 @@ class WordCountFilter(Filter):
                              f"({self.max_words})")
 
     def reason_codes(self, df):
-        arr = text_array(df[TEXT])
+        kernels, buffers = kernels_for(df), text_buffers(df[TEXT])
         if self.count == "whitespace":
-            from gpupipe.text import count_words
-
-            words = count_words(arr)
+            words = kernels.count_words(*buffers)
         else:
-            words = count_tokens(*utf8_buffers(arr), nonsymbol_only=self.count == "words")
+            words = kernels.count_tokens(*buffers, self.count == "words")
         return first_failure([
             words < self.min_words if self.min_words is not None else None,
             words > self.max_words if self.max_words is not None else None,
@@ -68,7 +66,7 @@ class SymbolRatioFilter(Filter):
         hits = np.zeros(len(arr), dtype=np.int64)
         for sym in self.symbols:
             hits += pc.count_substring(arr, sym).fill_null(0).to_numpy(zero_copy_only=False)
-        words = count_tokens(*utf8_buffers(arr), nonsymbol_only=False)
+        words = kernels_for(df).count_tokens(*text_buffers(df[TEXT]), False)
         ratio = np.divide(hits, words, out=np.where(hits > 0, np.inf, 0.0), where=words > 0)
         return first_failure([ratio > self.max_ratio], len(df))
 
