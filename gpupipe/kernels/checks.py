@@ -117,7 +117,9 @@ def _rows_equal(x: np.ndarray, y: np.ndarray, n: int) -> np.ndarray:
         x = x.view(np.uint32 if x.itemsize == 4 else np.uint64)
         y = y.view(np.uint32 if y.itemsize == 4 else np.uint64)
     eq = x == y
-    return eq.reshape(n, -1).all(axis=1) if eq.ndim > 1 else eq
+    if eq.ndim == 1:
+        return eq
+    return eq.reshape(n, eq.size // n).all(axis=1) if n else np.zeros(0, bool)
 
 
 def _mismatches(cpu: tuple, gpu: tuple, n: int) -> np.ndarray:
