@@ -31,6 +31,18 @@ def _min_label(df: pd.DataFrame) -> pd.DataFrame:
         ["node", "label"]]
 
 
+def _persisted(frame):
+    """``frame.persist()``, returned once its graph is built and computed. Python 3.11's
+    ``functools.cached_property`` holds one lock per property across all instances: building
+    the next expression here while the scheduler thread still materialises the previous graph
+    (which shares sub-expressions) deadlocked, seen in bench_dedup (Python 3.12 has no lock)."""
+    from distributed import wait
+
+    frame = frame.persist()
+    wait(frame)
+    return frame
+
+
 def dask_components(edges, client, npartitions: int | None = None) -> tuple[object, int]:
     """(Dask DataFrame ``node, label`` with label = smallest node id of the component, rounds).
 
@@ -42,13 +54,13 @@ def dask_components(edges, client, npartitions: int | None = None) -> tuple[obje
     nparts = npartitions or max(1, edges.npartitions)
     both = dd.concat([edges.rename(columns={"a": "u", "b": "v"})[["u", "v"]],
                       edges.rename(columns={"b": "u", "a": "v"})[["u", "v"]]])
-    both = both.shuffle(on="u", npartitions=nparts).persist()
+    both = _persisted(both.shuffle(on="u", npartitions=nparts))
     first = both.groupby("u")["v"].min().reset_index()
     labels = first.rename(columns={"u": "node", "v": "cand"}).assign(
         label=lambda d: d["node"]).map_partitions(
         _min_label, meta=pd.DataFrame({"node": np.zeros(0, np.int64),
                                        "label": np.zeros(0, np.int64)}))
-    labels = labels.shuffle(on="node", npartitions=nparts).persist()
+    labels = _persisted(labels.shuffle(on="node", npartitions=nparts))
     meta = labels._meta
     for rounds in range(1, MAX_ROUNDS + 1):
         # the smallest label among the neighbours
@@ -67,13 +79,13 @@ def dask_components(edges, client, npartitions: int | None = None) -> tuple[obje
         step = step.map_partitions(_min_label, meta=meta)
         # pointer jumping: the label of the label (never larger); each jump halves the
         # distance to the root of a chain of labels
-        new = step.persist()
+        new = _persisted(step)
         for _ in range(JUMPS):
             jump = new.merge(new.rename(columns={"node": "label", "label": "cand"}),
                              on="label", how="left")
             jump = jump.assign(cand=jump["cand"].fillna(jump["label"]).astype("int64"))
             new = jump.map_partitions(_min_label, meta=meta)
-            new = new.shuffle(on="node", npartitions=nparts).persist()
+            new = _persisted(new.shuffle(on="node", npartitions=nparts))
         diff = new.merge(labels.rename(columns={"label": "old"}), on="node")
         changed = int(client.compute((diff["label"] != diff["old"]).sum()).result())
         labels = new
