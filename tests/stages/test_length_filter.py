@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpupipe.frame import STRING
+from gpupipe.kernels.utf8 import count_chars, count_words, utf8_buffers
 from gpupipe.stages import LengthFilter
-from gpupipe.text import count_words
 
 
 def frame(texts):
@@ -66,11 +66,12 @@ def test_non_latin_scripts_count_code_points():
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.text(alphabet=st.characters(codec="utf-8"), max_size=40), max_size=20))
-def test_word_count_equals_python_split(texts):
+def test_word_and_char_counts_equal_python(texts):
     import pyarrow as pa
 
-    got = count_words(pa.array(texts, pa.large_string())) if texts else np.zeros(0)
-    assert list(got) == [len(t.split()) for t in texts]
+    buffers = utf8_buffers(pa.array(texts, pa.large_string()))
+    assert count_words(*buffers).tolist() == [len(t.split()) for t in texts]
+    assert count_chars(*buffers).tolist() == [len(t) for t in texts]
 
 
 @settings(max_examples=100, deadline=None)
