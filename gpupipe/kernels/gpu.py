@@ -34,7 +34,10 @@ if not SIMULATOR:
     register_cuda_mul_rn()
 
 THREADS = 32 if SIMULATOR else 128
-CHUNK_BYTES = 1 << 26  # 64 MiB of text per launch: scratch is ~100 bytes per byte of text
+# 64 MiB of text per launch. gopher_repetition, the largest, takes up to ~200 bytes of scratch
+# per byte of text (spans, prefix hashes, tables twice the length): ~12 GiB per launch; pass a
+# smaller chunk_bytes on a small GPU
+CHUNK_BYTES = 1 << 26
 
 
 # --------------------------------------------------------------------------- availability
