@@ -366,32 +366,28 @@ def _langid_kernel(offsets, data, nextmove, rowbase, out_feat, ptc, prior, log1p
 
 # --------------------------------------------------------------------------- launchers
 
+def _one_per_doc(kernel, dtype, offsets, data, *args) -> np.ndarray:
+    """Launch a kernel that writes one ``dtype`` value per document and needs no scratch."""
+    n = len(offsets) - 1
+    out = _zeros(n, dtype)
+    _launch(kernel, n, to_device(offsets), to_device(data), *args, out)
+    return to_host(out)
+
+
 def count_chars(offsets, data) -> np.ndarray:
     """`gpupipe.kernels.utf8.count_chars` on the GPU."""
-    off, dat = to_device(offsets), to_device(data)
-    n = len(offsets) - 1
-    out = _zeros(n, np.int64)
-    _launch(_count_chars_kernel, n, off, dat, out)
-    return to_host(out)
+    return _one_per_doc(_count_chars_kernel, np.int64, offsets, data)
 
 
 def count_words(offsets, data) -> np.ndarray:
     """`gpupipe.kernels.utf8.count_words` on the GPU."""
-    off, dat = to_device(offsets), to_device(data)
-    n = len(offsets) - 1
-    out = _zeros(n, np.int64)
-    _launch(_count_words_kernel, n, off, dat, out)
-    return to_host(out)
+    return _one_per_doc(_count_words_kernel, np.int64, offsets, data)
 
 
 def needs_normalization(offsets, data, form: str) -> np.ndarray:
     """`gpupipe.kernels.normalize.needs_normalization` on the GPU."""
-    off, dat = to_device(offsets), to_device(data)
-    n = len(offsets) - 1
-    out = _zeros(n, np.bool_)
-    _launch(_needs_normalization_kernel, n, off, dat, to_device(normalize.stable_table(form)),
-            out)
-    return to_host(out)
+    return _one_per_doc(_needs_normalization_kernel, np.bool_, offsets, data,
+                        to_device(normalize.stable_table(form)))
 
 
 def _per_chunk(offsets, chunk_bytes):
@@ -515,10 +511,7 @@ def c4_rewrite(offsets, data, *, max_word_length: int, remove_citations: bool,
 
 def xxh64_strings(offsets, data, seed: int = 0) -> np.ndarray:
     """`gpupipe.kernels.hashing.xxh64_strings` on the GPU."""
-    n = len(offsets) - 1
-    out = _empty(n, np.uint64)
-    _launch(_xxh64_kernel, n, to_device(offsets), to_device(data), np.uint64(seed), out)
-    return to_host(out)
+    return _one_per_doc(_xxh64_kernel, np.uint64, offsets, data, np.uint64(seed))
 
 
 def minhash(offsets, data, *, seed: int, a, b, width: int, bits: int = 32) -> np.ndarray:
@@ -538,7 +531,7 @@ def minhash_ngrams(list_offsets, offsets, data, *, ngrams: int, seed: int, a, b,
     """`gpupipe.kernels.hashing.minhash_ngrams` on the GPU, from a list<string> column's
     buffers (`gpupipe.kernels.hashing.list_buffers`)."""
     seed, a, b = hashing.minhash_params(seed, a, b, bits)
-    lo = np.asarray(_host_offsets(list_offsets))
+    lo = _host_offsets(list_offsets)
     eo = _host_offsets(offsets)
     row_bytes = eo[lo[1:]] - eo[lo[:-1]]
     reg = np.zeros(len(lo), np.int64)

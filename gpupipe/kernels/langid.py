@@ -18,7 +18,7 @@ import numba
 import numpy as np
 
 from gpupipe.errors import BackendUnavailableError
-from gpupipe.kernels.target import device, max_len, mul_rn
+from gpupipe.kernels.target import device, max_len, mul_rn, table_mask, table_size
 
 __all__ = ["LangidModel", "langid", "langid_model", "langid_pick", "langid_scores", "log1p_table",
            "pick", "prepare"]
@@ -80,10 +80,7 @@ def langid_scores_doc(data, start, end, nextmove, rowbase, out_feat, ptc, prior,
     root of the length, as py3langid does). ``keys``/``cnt``: a zeroed table of at least twice
     the document's bytes (a power of two, >= 16), left zeroed; ``touched``: one slot per byte."""
     n = end - start
-    size = 16
-    while size < 2 * n:
-        size <<= 1
-    mask = size - 1
+    mask = table_mask(n)
     nt = 0
     state = 0
     for i in range(start, end):
@@ -156,19 +153,12 @@ def _langid_cpu(offsets, data, nextmove, rowbase, out_feat, ptc, prior, log1p, t
     return scores
 
 
-def langid_table_size(maxlen: int) -> int:
-    size = 16
-    while size < 2 * maxlen:
-        size <<= 1
-    return size
-
-
 def langid_scores(offsets, data, model: LangidModel | None = None) -> np.ndarray:
     """float32[n, classes] scaled naive-Bayes scores of each (prepared) UTF-8 string."""
     m = model or langid_model()
     maxlen = max_len(offsets)
     return _langid_cpu(offsets, data, m.nextmove, m.rowbase, m.out_feat, m.ptc, m.prior,
-                       log1p_table(maxlen), langid_table_size(maxlen))
+                       log1p_table(maxlen), table_size(maxlen))
 
 
 def pick(scores: np.ndarray, model: LangidModel | None = None) -> tuple[np.ndarray, np.ndarray]:

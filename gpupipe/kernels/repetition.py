@@ -14,7 +14,7 @@ import numpy as np
 
 from gpupipe.charsets import char_table
 from gpupipe.kernels.hashing import fmix64
-from gpupipe.kernels.target import device, max_len, table_size
+from gpupipe.kernels.target import device, max_len, table_mask, table_size
 from gpupipe.kernels.utf8 import decode_doc, strip
 from gpupipe.kernels.words import scratch, tokenize
 
@@ -64,15 +64,6 @@ def find(keys, mask, key):
 def clear(keys, used, nused):
     for j in range(nused):
         keys[used[j]] = 0
-
-
-@device
-def table_mask(m):
-    """Mask of the smallest table (power of two, >= 16) at most half full with ``m`` keys."""
-    size = 16
-    while size < 2 * m:
-        size <<= 1
-    return size - 1
 
 
 @device

@@ -109,6 +109,16 @@ def register_cuda_mul_rn():
         return lambda x, y: libdevice.fmul_rn(x, y)
 
 
+@device
+def table_mask(m):
+    """Mask of the smallest table (power of two, >= 16) at most half full with ``m`` keys
+    (`table_size` of ``m`` slots always holds it)."""
+    size = 16
+    while size < 2 * m:
+        size <<= 1
+    return size - 1
+
+
 def max_len(offsets) -> int:
     """Length of the longest string plus one (scratch size of a CPU launcher)."""
     return int(np.diff(offsets).max()) + 1 if len(offsets) > 1 else 1

@@ -384,7 +384,6 @@ def count_sentences(buf, lo, hi, T, ts, te, ss, se):
     return sents
 
 
-
 # --------------------------------------------------------------------------- word counts
 
 @device
