@@ -44,9 +44,10 @@ def cuda_cluster_kwargs(spec, *, workers: int | None = None,
         kwargs["CUDA_VISIBLE_DEVICES"] = spec.visible_devices()
     if spec.interface is not None:
         kwargs["interface"] = spec.interface
-    if spec.protocol == "ucx":
-        kwargs.update(enable_infiniband=spec.enable_infiniband, enable_nvlink=spec.enable_nvlink,
-                      enable_rdmacm=spec.enable_rdmacm)
+    if spec.protocol == "ucx":  # null switches: UCX selects the transports (dask-cuda's default)
+        kwargs.update({k: getattr(spec, k) for k in
+                       ("enable_infiniband", "enable_nvlink", "enable_rdmacm")
+                       if getattr(spec, k) is not None})
     if spec.rmm_pool_size is not None:
         kwargs["rmm_pool_size"] = spec.rmm_pool_size
     if spec.device_memory_limit is not None:

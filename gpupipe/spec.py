@@ -116,9 +116,14 @@ class CudaClusterSpec(BaseModel):
     protocol: Literal["tcp", "ucx"] = Field(
         "tcp", description="ucx: UCX transport (NVLink / InfiniBand); needs distributed-ucxx")
     interface: str | None = Field(None, description="network interface, e.g. ib0")
-    enable_infiniband: bool = Field(False, description="UCX over InfiniBand (protocol: ucx)")
-    enable_nvlink: bool = Field(False, description="UCX over NVLink (protocol: ucx)")
-    enable_rdmacm: bool = Field(False, description="RDMA connection manager (protocol: ucx)")
+    enable_infiniband: bool | None = Field(
+        None, description="UCX over InfiniBand (protocol: ucx); null: UCX picks the transports "
+                          "itself (dask-cuda >= 26.06 with distributed-ucxx)")
+    enable_nvlink: bool | None = Field(
+        None, description="UCX over NVLink (protocol: ucx); null: automatic, as above")
+    enable_rdmacm: bool | None = Field(
+        None, description="RDMA connection manager (protocol: ucx, with InfiniBand); null: "
+                          "automatic")
     rmm_pool_size: MemorySize | None = Field(
         None, description="RMM memory pool per GPU: bytes ('24GB') or a fraction of the "
                           "device memory (0.8); null: no pool")
@@ -137,12 +142,16 @@ class CudaClusterSpec(BaseModel):
     @model_validator(mode="after")
     def _check(self):
         ucx_only = [k for k in ("enable_infiniband", "enable_nvlink", "enable_rdmacm")
-                    if getattr(self, k)]
+                    if getattr(self, k) is not None]
         if ucx_only and self.protocol != "ucx":
             raise ValueError(f"{', '.join(ucx_only)} {'need' if len(ucx_only) > 1 else 'needs'} "
                              f"protocol: ucx")
-        if self.enable_rdmacm and not self.enable_infiniband:
-            raise ValueError("enable_rdmacm needs enable_infiniband")
+        if self.enable_rdmacm and self.enable_infiniband is False:
+            raise ValueError("enable_rdmacm needs InfiniBand (enable_infiniband: true or null)")
+        if self.rmm_async and self.rmm_pool_size is not None:
+            # dask-cuda 26.10 warns and says it will raise: the async allocator has its own pool
+            raise ValueError("rmm_pool_size is not used with rmm_async: true (CUDA's async "
+                             "allocator manages its own pool); remove one of them")
         if isinstance(self.devices, str):
             parts = [p.strip() for p in self.devices.split(",")]
             if not all(p.isdigit() or p.startswith(("GPU-", "MIG-")) for p in parts):

@@ -35,7 +35,7 @@ def cli(*args, **kw):
 # ---------------------------------------------------------------------------- cuda cluster spec
 
 CUDA = {"kind": "cuda", "protocol": "ucx", "interface": "ib0", "enable_infiniband": True,
-        "enable_nvlink": True, "rmm_pool_size": "70GB", "rmm_async": True,
+        "enable_nvlink": True, "rmm_pool_size": "70GB",
         "device_memory_limit": 0.8, "devices": "0,1,2,3"}
 
 
@@ -44,7 +44,8 @@ def test_cuda_cluster_spec_and_its_arguments():
     kw = cuda_cluster_kwargs(p.cluster, env={"A": "1"})
     assert kw["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and kw["protocol"] == "ucx"
     assert kw["interface"] == "ib0" and kw["enable_infiniband"] and kw["enable_nvlink"]
-    assert kw["rmm_pool_size"] == 70_000_000_000 and kw["rmm_async"] is True
+    assert kw["rmm_pool_size"] == 70_000_000_000 and kw["rmm_async"] is False
+    assert "enable_rdmacm" not in kw  # not set: dask-cuda's automatic transport selection
     assert kw["device_memory_limit"] == 0.8 and kw["enable_cudf_spill"] is True
     assert kw["env"] == {"A": "1"} and "n_workers" not in kw
     assert cuda_cluster_kwargs(p.cluster, workers=2)["n_workers"] == 2
@@ -58,8 +59,10 @@ def test_cuda_cluster_spec_and_its_arguments():
 
 @pytest.mark.parametrize("cluster, message", [
     ({"kind": "cuda", "enable_nvlink": True}, "enable_nvlink needs protocol: ucx"),
-    ({"kind": "cuda", "protocol": "ucx", "enable_rdmacm": True},
-     "enable_rdmacm needs enable_infiniband"),
+    ({"kind": "cuda", "protocol": "ucx", "enable_rdmacm": True, "enable_infiniband": False},
+     "enable_rdmacm needs InfiniBand"),
+    ({"kind": "cuda", "rmm_pool_size": "8GB", "rmm_async": True},
+     "rmm_pool_size is not used with rmm_async"),
     ({"kind": "cuda", "rmm_pool_size": 1.5}, "fraction in \\(0, 1\\]"),
     ({"kind": "cuda", "rmm_pool_size": "plenty"}, "a size such as '24GB'"),
     ({"kind": "cuda", "devices": "first"}, "not a list of GPU indices"),
@@ -122,6 +125,49 @@ def test_explain_names_stages_converted_for_another_backend():
     from gpupipe.stages import NormalizeText
 
     assert stage_backends([NormalizeText()], "cudf") == [("pandas", True)]
+
+
+def test_conversions_are_planned_between_fused_stages_only():
+    from gpupipe.runner.plan import conversions, plan
+    from gpupipe.stages import ExactDedup, NormalizeText
+
+    stages = [LengthFilter(min_words=3), NormalizeText(), GopherQuality(), ExactDedup(),
+              NormalizeText(), LengthFilter(min_words=1)]
+    assert conversions(plan(stages), "cudf") == {1: "device->host", 2: "host->device",
+                                                 5: "host->device"}
+    assert conversions(plan(stages), "pandas") == {}
+
+
+def test_explain_shows_the_cudf_plan_on_a_machine_without_a_gpu():
+    """`backend: cudf` cannot run here, but explain shows what a GPU machine would run: each
+    stage's backend, and one warning per stage whose partitions are copied to the host."""
+    p = gp.Pipeline.from_yaml("pipelines/english_web.yaml", overrides=["backend=cudf"])
+    text = p.explain()
+    assert "backend  cudf — not usable on this machine: backend: cudf cannot be used here" in text
+    warned = [line.strip() for line in text.splitlines() if "WARNING" in line]
+    # read on the host for normalize_text and language_id, one copy up to the GPU filters;
+    # the global and later stages read their Parquet checkpoints on their own side
+    assert warned == ["WARNING conversion before gopher_repetition: every partition is copied "
+                      "from the host to the GPU"]
+    for native in ("gopher_repetition", "gopher_quality", "c4_quality", "fineweb_quality"):
+        assert f"        {native} runs on cudf\n" in text
+    for host in ("normalize_text", "language_id", "fuzzy_dedup", "pii_redact", "tokenize"):
+        assert f"        {host} runs on pandas (no cudf path)\n" in text
+    assert "routing and shard writing run on the host" in text
+    r = cli("run", "pipelines/quickstart.yaml", "--set", "backend=cudf", "-o",
+            "/tmp/gpupipe-never-written")
+    assert r.returncode != 0 and "backend: cudf cannot be used here" in r.stderr
+    assert "Traceback" not in r.stderr and not os.path.exists("/tmp/gpupipe-never-written")
+
+
+def test_run_json_records_each_stage_backend_and_device_seconds(tmp_path, small_corpus, client):
+    stages = [LengthFilter(min_words=20), GopherQuality(min_doc_words=10)]
+    res = gp.Pipeline(input=str(small_corpus), output=str(tmp_path / "o"), stages=stages,
+                      backend="pandas").run(client=client, progress=False)
+    got = [(s["stage"], s["backend"], s["device_seconds"]) for s in res.summary["stages"]]
+    assert got == [("length_filter", "pandas", 0.0), ("gopher_quality", "pandas", 0.0)]
+    assert res.summary["backend"] == {"requested": "pandas", "used": "pandas",
+                                      "reason": "requested"}
 
 
 # ---------------------------------------------------------------------------- KvikIO settings
@@ -291,15 +337,57 @@ def test_io_bench_parquet_files_are_decoded(tmp_path, small_corpus):
 
 # ---------------------------------------------------------------------------- on a GPU
 
+def _tables(directory: Path) -> dict[str, list[dict]]:
+    """Every Parquet file under ``directory`` as rows, sorted (row for row, whatever the file
+    layout of the run)."""
+    import pyarrow.parquet as pq
+
+    out = {}
+    for f in sorted(directory.rglob("*.parquet")):
+        if f.is_file():
+            rows = pq.read_table(f).to_pylist()
+            out[str(f.relative_to(directory))] = sorted(rows, key=repr)
+    return out
+
+
+def _counts(summary: dict) -> dict:
+    keep = ("stage", "backend", "docs_in", "docs_out", "bytes_in", "bytes_out", "drops",
+            "counters")
+    return {"read": {k: v for k, v in summary["read"].items() if k != "seconds"},
+            "stages": [{k: s[k] for k in keep if k != "backend"} for s in summary["stages"]],
+            "accounting": summary["accounting"], "output": {
+                k: summary["output"][k] for k in ("docs", "bytes", "partitions")}}
+
+
 @pytest.mark.gpu
-def test_pipeline_on_a_local_cuda_cluster_matches_the_cpu_run(tmp_path, small_corpus, client):
+@pytest.mark.parametrize("pipeline,extra", [
+    ("quickstart", []), ("english_web", []), ("web_dedup", []),
+    ("web_dedup", ["exact_dedup.normalize=false"]),  # xxHash64 keys hashed on the GPU
+])
+def test_backend_cudf_on_a_local_cuda_cluster_gives_the_pandas_run(tmp_path, pipeline, extra):
+    """The same pipeline file, pandas on a CPU cluster and cuDF on a LocalCUDACluster: shards
+    and data byte for byte, rejected rows and dedup audit row for row, run.json counts equal."""
     pytest.importorskip("dask_cuda")
-    stages = [LengthFilter(min_words=20), GopherQuality(min_doc_words=10)]
-    cpu = gp.Pipeline(input=str(small_corpus), output=str(tmp_path / "cpu"), stages=stages).run(
-        client=client, progress=False)
-    gpu = gp.Pipeline(input=str(small_corpus), output=str(tmp_path / "gpu"), stages=stages,
-                      cluster={"kind": "cuda"}).run(progress=False)
-    assert gpu.to_pandas().equals(cpu.to_pandas())
+    path = f"pipelines/{pipeline}.yaml"
+    cpu = gp.Pipeline.from_yaml(path, overrides=[
+        *extra, "backend=pandas", "cluster.kind=local", f"output.path={tmp_path / 'cpu'}"]).run(
+        workers=2, progress=False)
+    gpu = gp.Pipeline.from_yaml(path, overrides=[
+        *extra, "backend=cudf", "cluster.kind=cuda", f"output.path={tmp_path / 'gpu'}"]).run(
+        progress=False)
+    assert gpu.summary["backend"]["used"] == "cudf"
+    native = [s["stage"] for s in gpu.summary["stages"] if s["backend"] == "cudf"]
+    assert native and all(s["device_seconds"] > 0 for s in gpu.summary["stages"]
+                          if s["backend"] == "cudf" and s["docs_in"])
+    assert _counts(gpu.summary) == _counts(cpu.summary)
+    a, b = Path(cpu.output), Path(gpu.output)
+    for sub in ("data", "shards"):
+        files = sorted(p.relative_to(a / sub) for p in (a / sub).rglob("*") if p.is_file()
+                       and p.name != "manifest.json")
+        for f in files:
+            assert (b / sub / f).read_bytes() == (a / sub / f).read_bytes(), f"{sub}/{f}"
+    for sub in ("rejected", "dedup"):
+        assert _tables(b / sub) == _tables(a / sub)
 
 
 @pytest.mark.gpu
