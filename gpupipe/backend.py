@@ -7,6 +7,7 @@ at first use), so a GPU counts as usable only after a small computation ran on i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import logging
@@ -51,23 +52,106 @@ def resolve_backend(requested: str) -> BackendChoice:
                 f"backend: cudf cannot be used here: {why}. Install the GPU extra with "
                 f"{GPU_INSTALL}, or set backend: pandas (or auto) to run on CPU."
             )
-        raise BackendUnavailableError(
-            "backend: cudf — a GPU works here, but this gpupipe version does not execute "
-            "stages on cuDF partitions yet; set backend: auto or pandas to run on CPU."
-        )
+        return BackendChoice("cudf", "requested")
     if usable:
-        return BackendChoice("pandas", "auto: GPU found, but cuDF execution is not available "
-                                       "in this gpupipe version; using pandas")
+        return BackendChoice("cudf", f"auto: {why}")
     return BackendChoice("pandas", f"auto: no usable GPU ({why})")
+
+
+# --------------------------------------------------------------------------- moving partitions
+
+def to_backend(frame, name: str):
+    """``frame`` (pandas or cuDF) on backend ``name``; unchanged when it is there already. The
+    runner calls this before every stage, so a stage without a native path for the run's
+    backend gets a pandas partition, and the next native stage gets it back on the device."""
+    from gpupipe import seam
+
+    if name == "pandas":
+        return seam.to_host(frame)
+    if name != "cudf":
+        raise ValueError(f"unknown backend {name!r}")
+    import cudf  # noqa: PLC0415
+
+    if isinstance(frame, cudf.DataFrame):
+        return frame
+    return cudf.DataFrame.from_arrow(seam.arrow_table(frame))
+
+
+def read_partition(source, i: int, backend: str):
+    """`ReadResult` of partition ``i`` with its frame on ``backend``. On cuDF, a Parquet file
+    whose columns are plain strings without nulls is decoded on the GPU (`cudf.read_parquet`,
+    through KvikIO); anything else, and every JSON Lines file, is read by the host reader, which
+    counts and sets aside bad records with their file and line, and is then copied over."""
+    if backend == "cudf":
+        from gpupipe.io.parquet import ParquetSource
+
+        if isinstance(source, ParquetSource):
+            result = _read_parquet_on_gpu(source, i)
+            if result is not None:
+                return result
+    result = source.read(i)
+    if backend == "pandas":
+        return result
+    return dataclasses.replace(result, frame=to_backend(result.frame, backend))
+
+
+def meta_on(meta, backend: str):
+    """An empty frame (Dask ``meta``) of ``backend``: it decides which collection Dask builds
+    (a pandas one or a dask_cudf one)."""
+    return to_backend(meta, backend)
+
+
+def _read_parquet_on_gpu(source, i: int):
+    """The GPU fast path of `ParquetSource.read`, or None where the host reader must decide."""
+    import os
+
+    import cudf  # noqa: PLC0415
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gpupipe.frame import ID, TEXT
+    from gpupipe.io.source import ReadResult
+
+    path = source.files[i]
+    try:
+        schema = pq.read_schema(path)
+    except Exception:  # the host reader names the corrupt file
+        return None
+    wanted = list(dict.fromkeys([source.text_column, *([source.id_column] if source.id_column
+                                                         else []), *source.columns]))
+    strings = [source.text_column, *([source.id_column] if source.id_column else [])]
+    if any(c not in schema.names for c in wanted) or not all(
+            pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(
+                schema.field(c).type) for c in strings):
+        return None
+    table = cudf.read_parquet(path, columns=wanted)
+    if any(table[c].isna().any() for c in strings):
+        return None  # the host reader sets the rows aside with their row numbers
+    if source.id_column is None:
+        prefix = os.path.relpath(os.path.abspath(path), source.root).replace(os.sep, "/") + ":"
+        ids = cudf.Series.from_arrow(pa.array(
+            [f"{prefix}{k}" for k in range(1, len(table) + 1)], pa.large_string()))
+    else:
+        ids = table[source.id_column]
+    frame = cudf.DataFrame({ID: ids.reset_index(drop=True),
+                            TEXT: table[source.text_column].reset_index(drop=True)})
+    for c in source.columns:
+        frame[c] = table[c].reset_index(drop=True)
+    text_bytes = int(frame[TEXT].str.byte_count().sum()) if len(frame) else 0
+    stats = {"files": 1, "compressed_bytes": os.path.getsize(path), "bytes": text_bytes,
+             "files_corrupt": 0, "blank_lines": 0, "text_bytes": text_bytes, "docs": len(frame)}
+    return ReadResult(frame, stats, {}, None)
 
 
 # --------------------------------------------------------------------------- the cuDF half of the seam
 
+@functools.cache  # each seam operation asks once (dask's lazy registration is per Dispatch)
 def register_cudf_seam() -> None:
     """Register the cuDF implementations of `gpupipe.seam`'s operations (called by the seam the
     first time it meets a cuDF object). Kernels read the string column's device buffers in
     place; results come back as numpy arrays and are applied with cuDF's own operations."""
     import cudf  # noqa: PLC0415
+    import numpy as np
     import pyarrow as pa
 
     from gpupipe import seam
@@ -102,7 +186,27 @@ def register_cudf_seam() -> None:
 
     @seam.filter_rows.register(cudf.DataFrame)
     def _filter_rows(frame, keep):
-        return frame[keep].reset_index(drop=True)
+        return frame[np.asarray(keep, dtype=bool)].reset_index(drop=True)
+
+    @seam.arrow_table.register(cudf.DataFrame)
+    def _arrow_table(frame):
+        from gpupipe.frame import canonical_arrow
+
+        return canonical_arrow(frame.to_arrow(preserve_index=False))
+
+    @seam.byte_size.register(cudf.Series)
+    def _byte_size(series):
+        return int(series.str.byte_count().sum()) if len(series) else 0
+
+    @seam.to_host.register(cudf.DataFrame)
+    def _to_host(frame):
+        from gpupipe.frame import canonical_arrow, from_arrow
+
+        return from_arrow(canonical_arrow(frame.to_arrow(preserve_index=False)))
+
+    @seam.like.register((cudf.DataFrame, cudf.Series))
+    def _like(like, frame):
+        return cudf.DataFrame.from_arrow(seam.arrow_table(frame))
 
 
 # --------------------------------------------------------------------------- GPU clusters
@@ -164,7 +268,12 @@ def apply_kvikio_settings(env: dict[str, str]) -> dict[str, str]:
     kvikio = sys.modules.get("kvikio")
     if kvikio is not None and values:
         try:
-            kvikio.defaults.set(values)
+            import importlib  # noqa: PLC0415
+
+            defaults = importlib.import_module("kvikio.defaults")  # a submodule: import it
+            if "compat_mode" in values:  # KvikIO 26.10 takes its enum, not the string
+                values["compat_mode"] = kvikio.CompatMode[values["compat_mode"]]
+            defaults.set(values)
         except Exception as e:  # an older KvikIO: the variables apply to new processes only
             log.warning("KvikIO is already loaded and did not accept %s (%s); the settings "
                         "apply to worker processes started from now on", values, e)

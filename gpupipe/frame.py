@@ -29,9 +29,18 @@ def from_arrow(table: pa.Table) -> pd.DataFrame:
     return table.replace_schema_metadata(None).to_pandas(types_mapper=_pandas_type)
 
 
+def canonical_arrow(table: pa.Table) -> pa.Table:
+    """A partition's Arrow table as every backend writes it: strings as ``large_string``, no
+    schema metadata. The same rows give the same table, hence the same Parquet bytes, whether
+    they come from pandas or cuDF."""
+    fields = [pa.field(f.name, pa.large_string()) if pa.types.is_string(f.type) else
+              f.remove_metadata() for f in table.schema]
+    return table.replace_schema_metadata(None).cast(pa.schema(fields))
+
+
 def to_arrow(df: pd.DataFrame) -> pa.Table:
     """Arrow table of a partition, without pandas metadata (plain Parquet any tool reads)."""
-    return pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
+    return canonical_arrow(pa.Table.from_pandas(df, preserve_index=False))
 
 
 def empty_frame(extra: dict[str, str] | None = None) -> pd.DataFrame:
@@ -92,6 +101,26 @@ def _string_column(like: pd.Series, offsets, data, keep=None) -> pd.Series:
 def _label_column(like, codes, labels) -> pd.Series:
     table = pa.array([None, *labels], type=pa.large_string())
     return string_series(table.take(pa.array(codes.astype("int32"))), like.index)
+
+
+@seam.arrow_table.register(pd.DataFrame)
+def _arrow_table(frame: pd.DataFrame) -> pa.Table:
+    return to_arrow(frame)
+
+
+@seam.byte_size.register(pd.Series)
+def _byte_size(series: pd.Series) -> int:
+    return utf8_bytes(series)
+
+
+@seam.to_host.register(pd.DataFrame)
+def _to_host(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame
+
+
+@seam.like.register((pd.DataFrame, pd.Series))
+def _like(like, frame: pd.DataFrame) -> pd.DataFrame:
+    return frame
 
 
 @seam.filter_rows.register(pd.DataFrame)

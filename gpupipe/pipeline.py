@@ -47,16 +47,18 @@ class Pipeline(PipelineSpec):
         """Stages in order, how they fuse into tasks, global boundaries and the backend."""
         from gpupipe.backend import resolve_backend
         from gpupipe.errors import GpupipeError
-        from gpupipe.runner.plan import stage_backends
+        from gpupipe.runner.plan import conversions, stage_backends
 
         try:
             backend = resolve_backend(self.backend)
             backend_line = f"{backend.name}  ({backend.reason})"
             run_backend = backend.name
         except GpupipeError as e:
-            backend_line = f"unavailable: {e}"
-            run_backend = "pandas"
+            # show the plan a GPU machine would run, so it can be checked before going there
+            backend_line = f"{self.backend} — not usable on this machine: {e}"
+            run_backend = self.backend
         per_stage = dict(zip(map(id, self.stages), stage_backends(self.stages, run_backend)))
+        copies = conversions(self.plan(), run_backend)
         inp = self.input
         lines = [
             f"pipeline {self.name!r}",
@@ -81,11 +83,15 @@ class Pipeline(PipelineSpec):
             else:
                 lines.append(f"  [{seg.index}] global (Dask shuffle/boundary): "
                              f"{seg.stages[0].describe()}")
-            for st in seg.stages:
+            for pos, st in zip(seg.positions, seg.stages):
                 on, converted = per_stage[id(st)]
-                if converted:
-                    lines.append(f"        {st.stage_name} runs on {on}: no native {run_backend} "
-                                 f"path, partitions are converted before it")
+                if run_backend != "pandas":
+                    lines.append(f"        {st.stage_name} runs on {on}" + (
+                        f" (no {run_backend} path)" if converted else ""))
+                if pos in copies:
+                    a, b = ("GPU", "host") if copies[pos] == "device->host" else ("host", "GPU")
+                    lines.append(f"        WARNING conversion before {st.stage_name}: every "
+                                 f"partition is copied from the {a} to the {b}")
                 if st.reasons:
                     lines.append(f"        {st.stage_name} drop reasons: {', '.join(st.reasons)}")
             lines.append(f"        └─ writes {where}/")
@@ -97,6 +103,9 @@ class Pipeline(PipelineSpec):
             lines.append(f"  [shards] global shuffle by xxh64(seed={shards.seed}, id): route every "
                          f"partition, then one task per shard ({size}; {splits}; "
                          f"{shards.format}, packing {shards.packing})")
+            if run_backend != "pandas":
+                lines.append("        routing and shard writing run on the host (they read the "
+                             "tokenized Parquet checkpoint)")
             lines.append("        └─ writes shards/ (manifest.json last)")
         return "\n".join(lines)
 

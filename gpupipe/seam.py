@@ -13,7 +13,16 @@ dispatched, so nothing imports cuDF before a cuDF partition exists.
 * `string_column(like, offsets, data, keep=None)`: a string column of ``like``'s backend and
   index from UTF-8 buffers; where ``keep`` is False the row of ``like`` stays;
 * `label_column(like, codes, labels)`: ``labels[code - 1]`` per row, null for 0 (reason labels);
-* `filter_rows(frame, keep)`: the rows where ``keep`` is True, renumbered from 0.
+* `filter_rows(frame, keep)`: the rows where ``keep`` is True, renumbered from 0;
+* `arrow_table(frame)`: the partition as a canonical Arrow table (`gpupipe.frame.canonical_arrow`),
+  what the writers write, so both backends write the same bytes;
+* `byte_size(series)`: total UTF-8 bytes of a string column;
+* `to_host(frame)`: the partition as a pandas frame with the canonical dtypes (a copy from the
+  device for cuDF);
+* `like(like, frame)`: a pandas ``frame`` moved to ``like``'s backend.
+
+`gpupipe.backend.to_backend(frame, name)` moves a partition to a named backend (the runner's
+conversions between stages).
 """
 
 from __future__ import annotations
@@ -25,8 +34,13 @@ kernels_for = Dispatch("kernels_for")
 string_column = Dispatch("string_column")
 label_column = Dispatch("label_column")
 filter_rows = Dispatch("filter_rows")
+arrow_table = Dispatch("arrow_table")
+byte_size = Dispatch("byte_size")
+to_host = Dispatch("to_host")
+like = Dispatch("like")
 
-OPERATIONS = (text_buffers, kernels_for, string_column, label_column, filter_rows)
+OPERATIONS = (text_buffers, kernels_for, string_column, label_column, filter_rows, arrow_table,
+              byte_size, to_host, like)
 
 
 def _register_cudf() -> None:

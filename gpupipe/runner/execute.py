@@ -202,6 +202,10 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     backend = resolve_backend(pipeline.backend)
     source = make_source(pipeline.input, pipeline.cluster)
     segments = plan(pipeline.stages)
+    _warn_conversions(pipeline, backend.name)
+    if backend.name == "cudf" and pipeline.cluster.kind == "local":
+        log.warning("backend: cudf on a local CPU cluster: every worker process shares the first "
+                    "GPU; cluster: {kind: cuda} starts one worker per GPU")
     vers = versions()
     fps = fingerprints(segments, _input_identity(pipeline, source), vers["gpupipe"])
     out = pipeline.output.path
@@ -214,7 +218,7 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     try:
         def run_all(c):
             result = _run_segments(pipeline, c, count_block_lines(c, source, bar), segments, fps,
-                                   out, bar)
+                                   out, bar, backend.name)
             if pipeline.tokenizer_stage() is not None:
                 result["shards"] = _run_shards(c, pipeline, out, fps[-1],
                                                result["output"]["partitions"], bar, vers)
@@ -253,6 +257,18 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     return RunResult(out, summary)
 
 
+def _warn_conversions(pipeline, backend: str) -> None:
+    """One warning per stage before which partitions are copied between the GPU and the host
+    (what `explain` shows)."""
+    from gpupipe.runner.plan import conversions
+
+    for pos, direction in sorted(conversions(plan(pipeline.stages), backend).items()):
+        a, b = ("GPU", "host") if direction == "device->host" else ("host", "GPU")
+        log.warning("stages[%d] %s: every partition is copied from the %s to the %s before it "
+                    "(it runs on %s)", pos, pipeline.stages[pos].stage_name, a, b,
+                    pipeline.stages[pos].runs_on(backend))
+
+
 def _load_state(directory: str) -> dict | None:
     try:
         with open(os.path.join(directory, "_segment.json"), encoding="utf-8") as f:
@@ -267,7 +283,8 @@ def _reset(*dirs: str) -> None:
             shutil.rmtree(d)
 
 
-def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, bar) -> dict:
+def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, bar,
+                  backend: str = "pandas") -> dict:
     upstream_changed = False
     seg_info = []
     stage_stats: list[dict] = []
@@ -293,14 +310,16 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
                                if getattr(st, "keep_rejected", False)}
             reports, computed = _run_row_segment(client, seg, fp, source, directory, stats_dir,
                                                  rejected_dir if seg.reads_input else None, bar,
-                                                 filter_rejected)
-            stage_stats.extend(merge_stages(reports, list(seg.stages), seg.positions))
+                                                 filter_rejected, backend)
+            stage_stats.extend(merge_stages(reports, list(seg.stages), seg.positions, backend))
             if seg.reads_input:
                 read_reports = reports
         else:
             reports, computed = _run_global_segment(client, seg, fp, source, directory,
-                                                    stats_dir, state, bar, out)
+                                                    stats_dir, state, bar, out, backend)
             st = seg.stages[0]
+            seconds = (round(time.perf_counter() - t0, 4) if computed else
+                       (state or {}).get("seconds", 0.0))
             docs_out = sum(r["docs_out"] for r in reports)
             stage_stats.append({
                 "position": seg.positions[0], "stage": st.stage_name, "kind": "global",
@@ -308,8 +327,8 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
                 "bytes_in": bytes_prev, "bytes_out": sum(r["bytes_out"] for r in reports),
                 "drops": {(st.reasons[0] if st.reasons else "removed"): docs_prev - docs_out}
                 if docs_prev > docs_out else {},
-                "counters": {}, "seconds": round(time.perf_counter() - t0, 4) if computed else
-                (state or {}).get("seconds", 0.0),
+                "counters": {}, "seconds": seconds, "backend": st.runs_on(backend),
+                "device_seconds": seconds if st.runs_on(backend) != "pandas" else 0.0,
             })
         upstream_changed = upstream_changed or computed > 0
         docs_prev = sum(r["docs_out"] for r in reports)
@@ -428,7 +447,7 @@ def _shard_summary(shards_dir, manifest, *, computed: bool, seconds: float) -> d
 
 
 def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir, bar,
-                     filter_rejected=None):
+                     filter_rejected=None, backend: str = "pandas"):
     n = source.npartitions
     os.makedirs(directory, exist_ok=True)
     write_json({"fingerprint": fp, "kind": "row", "partitions": n},
@@ -446,7 +465,7 @@ def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir
         stages = list(zip(seg.positions, seg.stages))
         futures = client.map(run_row_partition, todo, source=source, stages=stages,
                              out_dir=directory, stats_dir=stats_dir, rejected_dir=rejected_dir,
-                             filter_rejected=filter_rejected,
+                             filter_rejected=filter_rejected, backend=backend,
                              key=[f"gpupipe-{seg.name}-{fp}-{i}" for i in todo], pure=False)
         reports.extend(_wait(futures, bar, seg.name))
     reports.sort(key=lambda r: r["partition"])
@@ -470,7 +489,8 @@ def _work_dir(work: str, fp: str) -> str:
     return work
 
 
-def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, bar, out):
+def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, bar, out,
+                        backend: str = "pandas"):
     from dask import delayed
 
     from gpupipe.io import from_partitions
@@ -487,14 +507,14 @@ def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, ba
     _reset(directory, stats_dir)
     os.makedirs(directory)
     t0 = time.perf_counter()
-    ddf = from_partitions(FrameReader(source), source.npartitions, source.meta(),
-                          f"gpupipe-read-{seg.name}")
     from gpupipe.stages.base import GlobalContext
 
     work = (_work_dir(seg.work_directory(out), fp) if seg.stages[0].uses_work_dir
             else seg.work_directory(out))
-    ctx = GlobalContext(source=source, work_dir=work,
-                        output_dir=out, position=seg.positions[0], client=client)
+    ctx = GlobalContext(source=source, work_dir=work, output_dir=out, position=seg.positions[0],
+                        client=client, backend=seg.stages[0].runs_on(backend))
+    ddf = from_partitions(FrameReader(source, ctx.backend), source.npartitions, ctx.meta(),
+                          f"gpupipe-read-{seg.name}")
     result = seg.stages[0].apply(ddf, ctx)
     n = result.npartitions
     parts = result.to_delayed()

@@ -95,8 +95,27 @@ def fingerprints(segments: list[Segment], input_identity: dict, version: str) ->
 def stage_backends(stages: list[Stage], backend: str) -> list[tuple[str, bool]]:
     """Per stage: (backend it runs on, whether a conversion from ``backend`` is inserted before
     it). A stage without a native path for the run's backend runs on pandas, converted."""
-    out = []
-    for st in stages:
-        native = backend in st.backends
-        out.append((backend if native else "pandas", not native))
+    return [(st.runs_on(backend), st.runs_on(backend) != backend) for st in stages]
+
+
+def conversions(segments: list[Segment], backend: str) -> dict[int, str]:
+    """Stage position -> ``"device->host"`` or ``"host->device"`` for every stage before which
+    the runner copies a partition between the GPU and the host in a run on ``backend``.
+
+    A row segment reads its input straight onto the backend of its first stage and writes from
+    wherever its last stage left the partition; a global stage reads its input (a Parquet
+    checkpoint) on its own backend. So copies happen only between two fused stages that run on
+    different backends."""
+    out: dict[int, str] = {}
+    if backend == "pandas":
+        return out
+    for seg in segments:
+        if seg.kind != "row" or not seg.stages:
+            continue
+        where = seg.stages[0].runs_on(backend)
+        for pos, st in zip(seg.positions[1:], seg.stages[1:]):
+            on = st.runs_on(backend)
+            if on != where:
+                out[pos] = "device->host" if on == "pandas" else "host->device"
+            where = on
     return out

@@ -22,22 +22,26 @@ def merge_read(reports: list[dict]) -> dict:
     return total
 
 
-def merge_stages(reports: list[dict], stages: list, positions: tuple) -> list[dict]:
+def merge_stages(reports: list[dict], stages: list, positions: tuple,
+                 backend: str = "pandas") -> list[dict]:
     merged = []
     for pos, st in zip(positions, stages):
         entry = {"position": pos, "stage": st.stage_name, "kind": st.kind,
                  "params": st.params(), "docs_in": 0, "docs_out": 0, "bytes_in": 0,
-                 "bytes_out": 0, "drops": Counter(), "counters": Counter(), "seconds": 0.0}
+                 "bytes_out": 0, "drops": Counter(), "counters": Counter(), "seconds": 0.0,
+                 "backend": st.runs_on(backend), "device_seconds": 0.0}
         for r in reports:
             for s in r.get("stages", []):
                 if s["position"] == pos:
                     for key in ("docs_in", "docs_out", "bytes_in", "bytes_out", "seconds"):
                         entry[key] += s[key]
+                    entry["device_seconds"] += s.get("device_seconds", 0.0)
                     entry["drops"].update(s["drops"])
                     entry["counters"].update(s["counters"])
         entry["drops"] = dict(sorted(entry["drops"].items()))
         entry["counters"] = dict(sorted(entry["counters"].items()))
         entry["seconds"] = round(entry["seconds"], 4)
+        entry["device_seconds"] = round(entry["device_seconds"], 4)
         merged.append(entry)
     return merged
 

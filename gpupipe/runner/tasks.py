@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import time
 
+from gpupipe import seam
 from gpupipe.errors import GpupipeError, StageError
-from gpupipe.frame import TEXT, to_arrow, utf8_bytes
+from gpupipe.frame import TEXT
 from gpupipe.io.writer import write_json, write_parquet
 
 
@@ -18,17 +19,24 @@ def marker_path(directory: str, i: int) -> str:
     return os.path.join(directory, "_done", part_name(i))
 
 
-def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = None):
+def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = None,
+               backend: str = "pandas"):
     """Apply row-local stages in order; per-stage stats. Errors name the stage and partition.
 
     ``rejected_files``: stage position -> Parquet file for the rows that stage drops (filters
-    with ``keep_rejected``)."""
+    with ``keep_rejected``). ``backend``: the run's backend; before each stage the partition is
+    moved to the backend that stage runs on (a no-op when it is there already), and the stage's
+    ``device_seconds`` are its seconds when it ran on the GPU."""
+    from gpupipe.backend import to_backend
+
     stats = []
-    nbytes = utf8_bytes(df[TEXT])
+    nbytes = seam.byte_size(df[TEXT])
     for pos, st in stages:
         t0 = time.perf_counter()
         docs_in, bytes_in = len(df), nbytes
+        on = st.runs_on(backend)
         try:
+            df = to_backend(df, on)
             result = st.process(df)
         except GpupipeError:
             raise
@@ -37,9 +45,10 @@ def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = N
                 f"stage {st.stage_name!r} (stages[{pos}]) failed on {where}: "
                 f"{type(e).__name__}: {e}") from e
         if result.rejected is not None and rejected_files and pos in rejected_files:
-            write_parquet(to_arrow(result.rejected), rejected_files[pos])
+            write_parquet(seam.arrow_table(result.rejected), rejected_files[pos])
         df = result.frame
-        nbytes = utf8_bytes(df[TEXT])
+        nbytes = seam.byte_size(df[TEXT])
+        seconds = time.perf_counter() - t0
         stats.append({
             "position": pos,
             "stage": st.stage_name,
@@ -49,18 +58,27 @@ def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = N
             "bytes_out": nbytes,
             "drops": dict(result.drops),
             "counters": dict(result.counters),
-            "seconds": time.perf_counter() - t0,
+            "seconds": seconds,
+            "backend": on,
+            "device_seconds": seconds if on != "pandas" else 0.0,
         })
     return df, stats
 
 
 def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
-                      rejected_dir: str | None, filter_rejected: dict[int, str] | None = None
-                      ) -> dict:
-    """Read partition ``i``, run the fused stages, write the result, then the stats and marker."""
+                      rejected_dir: str | None, filter_rejected: dict[int, str] | None = None,
+                      backend: str = "pandas") -> dict:
+    """Read partition ``i``, run the fused stages, write the result, then the stats and marker.
+
+    On the cuDF backend the partition is read into GPU memory when the first stage runs there
+    (on the host otherwise), and written from whichever side the last stage left it on: both
+    write the same canonical Arrow table, so the Parquet bytes do not depend on the backend."""
+    from gpupipe.backend import read_partition
+
     t0 = time.perf_counter()
     where = f"partition {i} ({source.describe(i)})"
-    result = source.read(i)
+    first = stages[0][1].runs_on(backend) if stages else "pandas"
+    result = read_partition(source, i, first)
     report = {"partition": i, "source": source.describe(i)}
     if rejected_dir is not None:
         report["read"] = {**result.stats, "rejected": dict(result.rejected_counts),
@@ -69,10 +87,10 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
             write_parquet(result.rejected, os.path.join(rejected_dir, part_name(i) + ".parquet"))
     files = {pos: os.path.join(d, part_name(i) + ".parquet")
              for pos, d in (filter_rejected or {}).items()}
-    df, report["stages"] = run_stages(result.frame, stages, where, files)
-    write_parquet(to_arrow(df), os.path.join(out_dir, part_name(i) + ".parquet"))
+    df, report["stages"] = run_stages(result.frame, stages, where, files, backend)
+    write_parquet(seam.arrow_table(df), os.path.join(out_dir, part_name(i) + ".parquet"))
     report["docs_out"] = len(df)
-    report["bytes_out"] = utf8_bytes(df[TEXT])
+    report["bytes_out"] = seam.byte_size(df[TEXT])
     report["seconds"] = time.perf_counter() - t0
     write_json(report, os.path.join(stats_dir, part_name(i) + ".json"))
     _touch(marker_path(out_dir, i))
@@ -80,8 +98,8 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
 
 
 def write_global_partition(df, i: int, *, out_dir: str, stats_dir: str) -> dict:
-    report = {"partition": i, "docs_out": len(df), "bytes_out": utf8_bytes(df[TEXT])}
-    write_parquet(to_arrow(df.reset_index(drop=True)),
+    report = {"partition": i, "docs_out": len(df), "bytes_out": seam.byte_size(df[TEXT])}
+    write_parquet(seam.arrow_table(df.reset_index(drop=True)),
                   os.path.join(out_dir, part_name(i) + ".parquet"))
     write_json(report, os.path.join(stats_dir, part_name(i) + ".json"))
     _touch(marker_path(out_dir, i))
@@ -89,13 +107,16 @@ def write_global_partition(df, i: int, *, out_dir: str, stats_dir: str) -> dict:
 
 
 class FrameReader:
-    """Picklable callable for `dask.dataframe.from_map`: partition index -> dataframe."""
+    """Picklable callable for `dask.dataframe.from_map`: partition index -> dataframe (pandas,
+    or cuDF with ``backend="cudf"``)."""
 
-    def __init__(self, source):
-        self.source = source
+    def __init__(self, source, backend: str = "pandas"):
+        self.source, self.backend = source, backend
 
     def __call__(self, i: int):
-        return self.source.read(i).frame
+        from gpupipe.backend import read_partition
+
+        return read_partition(self.source, i, self.backend).frame
 
 
 def _touch(path: str) -> None:

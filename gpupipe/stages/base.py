@@ -100,6 +100,11 @@ class Stage:
     #: stage touches its partition through them and `gpupipe.seam` alone
     kernels: ClassVar[tuple[str, ...]] = ()
 
+    def runs_on(self, backend: str) -> str:
+        """The backend this stage runs on in a run on ``backend``: that one where the stage has
+        a native path, pandas otherwise (the runner converts the partition before it)."""
+        return backend if backend in self.backends else "pandas"
+
     def params(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
@@ -235,6 +240,20 @@ class GlobalContext:
     position: int
     #: the `distributed.Client` the run uses
     client: Any = None
+    #: the backend the stage runs on ("pandas" or "cudf"); read partitions with `read`
+    backend: str = "pandas"
+
+    def read(self, i: int):
+        """Partition ``i`` of the stage's input as a frame of `backend`."""
+        from gpupipe.backend import read_partition
+
+        return read_partition(self.source, i, self.backend).frame
+
+    def meta(self):
+        """An empty frame of the stage's input on `backend` (Dask ``meta``)."""
+        from gpupipe.backend import meta_on
+
+        return meta_on(self.source.meta(), self.backend)
 
 
 class GlobalStage(Stage):

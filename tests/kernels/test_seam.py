@@ -73,6 +73,45 @@ def test_cudf_half_registers_against_the_installed_cudf():
 
     assert seam.kernels_for.dispatch(cudf.DataFrame)(None) is gpu
     for op, cls in ((seam.text_buffers, cudf.Series), (seam.string_column, cudf.Series),
-                    (seam.label_column, cudf.DataFrame), (seam.filter_rows, cudf.DataFrame)):
+                    (seam.label_column, cudf.DataFrame), (seam.filter_rows, cudf.DataFrame),
+                    (seam.arrow_table, cudf.DataFrame), (seam.byte_size, cudf.Series),
+                    (seam.to_host, cudf.DataFrame), (seam.like, cudf.DataFrame)):
         assert op.dispatch(cls).__module__ == "gpupipe.backend"
     assert "mode" not in inspect.signature(cudf.Series.to_pylibcudf).parameters
+
+
+def test_partitions_leave_as_one_canonical_arrow_table(sample_records):
+    """What both backends write: strings as large_string, no metadata, whatever the column's
+    Arrow type was (cuDF hands out ``string`` or ``large_string`` columns)."""
+    import pyarrow as pa
+
+    from gpupipe.frame import canonical_arrow
+
+    texts = [r["text"] for r in sample_records[:20]]
+    df = _frame(texts).assign(score=np.arange(20, dtype=np.float32))
+    table = seam.arrow_table(df)
+    assert table.schema == pa.schema([("id", pa.large_string()), ("text", pa.large_string()),
+                                      ("score", pa.float32())])
+    small = pa.table({"id": pa.array([str(i) for i in range(20)], pa.string()),
+                      "text": pa.array(texts, pa.string()),
+                      "score": pa.array(np.arange(20, dtype=np.float32))})
+    assert canonical_arrow(small.replace_schema_metadata({"pandas": "x"})).equals(table)
+    assert seam.byte_size(df["text"]) == sum(len(t.encode()) for t in texts)
+    assert seam.to_host(df) is df and seam.like(df, df) is df
+
+
+def test_sample_draws_with_the_routing_hash():
+    """`sample` now hashes ids with the XXH64 kernel (so it runs on cuDF); the draw is the one
+    `shards.routing.doc_keys` (the xxhash package) gives, for any seed."""
+    from gpupipe.shards.routing import doc_keys
+    from gpupipe.stages.filters.simple import _SALT, Sample
+
+    ids = [f"doc-{i}" for i in range(2000)]
+    df = _frame(["x"] * 2000).assign(id=pd.array(ids, dtype=STRING))
+    for seed in (0, 7, -3):
+        keys = doc_keys(ids, seed ^ _SALT)
+        want = ((keys >> np.uint64(11)).astype(np.float64) / 2**53 >= 0.3).astype(np.uint8)
+        got = Sample(rate=0.3, seed=seed).reason_codes(df)
+        assert np.array_equal(got, want)
+        assert 500 < int((got == 0).sum()) < 700  # about 30% kept
+    assert Sample.backends == ("pandas", "cudf")

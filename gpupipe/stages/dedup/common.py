@@ -26,13 +26,16 @@ def losers(df: pd.DataFrame, group_cols: list[str], keep: Keep,
     is the first by input position (``first``), the longest text, or the smallest id; ties fall
     back to input position, so the choice never depends on how the work was scheduled.
     """
+    from gpupipe import seam
+
     cols = [POS, ROW, "id", "duplicate_of", "kept_part", "kept_row", *extra]
     if df.empty:
-        return pd.DataFrame({c: pd.Series([], dtype=_dtype(c)) for c in cols})
+        return seam.like(df, pd.DataFrame({c: pd.Series([], dtype=_dtype(c)) for c in cols}))
     rank = {"first": [POS, ROW], "longest": ["_neg_len", POS, ROW],
             "shortest_id": ["id", POS, ROW]}[keep]
     work = df.assign(_neg_len=-df["length"]) if keep == "longest" else df
-    work = work.sort_values(group_cols + rank, kind="stable")
+    # (part, row) is unique, so the order is total and no stable sort is needed (cuDF has none)
+    work = work.sort_values(group_cols + rank)
     first = ~work.duplicated(group_cols, keep="first")
     lost = ~first
     out = work.loc[lost].assign(
@@ -62,14 +65,16 @@ class DropLosers:
     rows of that partition to ``dedup/duplicates.parquet/``."""
 
     def __init__(self, source, losers_dir: str, audit_dir: str, label: str,
-                 audit_cols: tuple[str, ...] = ()):
+                 audit_cols: tuple[str, ...] = (), backend: str = "pandas"):
         self.source, self.losers_dir, self.audit_dir = source, losers_dir, audit_dir
-        self.label, self.audit_cols = label, audit_cols
+        self.label, self.audit_cols, self.backend = label, audit_cols, backend
 
-    def __call__(self, i: int) -> pd.DataFrame:
+    def __call__(self, i: int):
+        from gpupipe import seam
+        from gpupipe.backend import read_partition
         from gpupipe.io.writer import write_parquet
 
-        frame = self.source.read(i).frame
+        frame = read_partition(self.source, i, self.backend).frame
         files = sorted(glob.glob(os.path.join(self.losers_dir, f"{POS}={i}", "*.parquet")))
         if not files:
             return frame
@@ -85,7 +90,7 @@ class DropLosers:
         })
         write_parquet(audit, os.path.join(self.audit_dir,
                                           f"{audit_prefix(self.label)}-part-{i:05d}.parquet"))
-        return frame[mask].reset_index(drop=True)
+        return seam.filter_rows(frame, mask)
 
 
 def write_losers(client, losers_ddf, path: str) -> None:

@@ -114,15 +114,15 @@ class Sample(Filter):
     seed, so the same documents are kept whatever the partitioning or worker count."""
 
     reasons: ClassVar[tuple[str, ...]] = ("not_sampled",)
+    kernels: ClassVar[tuple[str, ...]] = ("xxh64_strings",)
 
     rate: Annotated[float, Field(ge=0, le=1)]
     seed: int = 0
 
     def reason_codes(self, df):
-        from gpupipe.shards.routing import doc_keys
-
-        # salted, so a sample is independent of the shard split drawn with the same seed
-        keys = doc_keys(df[ID], self.seed ^ _SALT)
+        # xxHash64 of the id with the seed (`gpupipe.shards.routing.doc_keys`), salted, so a
+        # sample is independent of the shard split drawn with the same seed
+        keys = kernels_for(df).xxh64_strings(*text_buffers(df[ID]), (self.seed ^ _SALT) % 2**64)
         # the top 53 bits as a uniform number in [0, 1)
         u = (keys >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
         return first_failure([u >= self.rate], len(df))
