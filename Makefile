@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install lint bench data clean
+.PHONY: demo test install lint bench data clean check-gpu-api
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "gpupipe needs Python >= 3.11 (set PYTHON=python3.11)")'
@@ -24,6 +24,17 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# The API contract with cuDF 26.10 / dask-cuda / KvikIO: installs '.[gpu]' (about 5 GB, no GPU
+# needed: the packages import without one) into its own venv and checks every name and keyword
+# gpupipe calls. Not part of `make test`.
+GPU_API_VENV := .venv-gpu-api
+check-gpu-api:
+	@test -x $(GPU_API_VENV)/bin/python || $(PYTHON) -m venv $(GPU_API_VENV)
+	$(GPU_API_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(GPU_API_VENV)/bin/python -m pip install --quiet -e '.[gpu]' 'pytest>=8'
+	$(GPU_API_VENV)/bin/python -m pytest -p no:cacheprovider tests/test_gpu_contract.py \
+		tests/kernels/test_seam.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check gpupipe tests benchmarks
 
@@ -37,4 +48,4 @@ data: $(STAMP)
 	$(BIN)/python data/make_sample.py
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .hypothesis
+	rm -rf $(VENV) $(GPU_API_VENV) out .pytest_cache .hypothesis

@@ -1,0 +1,60 @@
+"""Every name and keyword gpupipe uses from the GPU packages (cuDF 26.10, pylibcudf, dask-cuda,
+KvikIO, CuPy): the list `tests/test_gpu_contract.py` checks against the installed packages.
+
+``import cudf`` works on a machine without a GPU (it fails only at first use), so the check runs
+wherever the ``gpu`` extra is installed: ``make check-gpu-api`` makes such a venv. The list is
+kept complete by `test_gpu_contract.test_every_gpu_name_in_the_code_is_in_the_contract`, which
+reads gpupipe's source for ``cudf.X`` / ``pylibcudf.X`` / ... and fails on a name missing here.
+
+Each entry: (module, dotted attribute, keywords gpupipe passes by name, why).
+Methods called on cuDF objects by the code shared with pandas (``losers``, the seam) are listed
+too, since no static scan can find them.
+"""
+
+from __future__ import annotations
+
+CALLS: list[tuple[str, str, tuple[str, ...], str]] = [
+    # --- cuDF: construction and conversion (gpupipe/backend.py)
+    ("cudf", "Series", ("index",), "probe_gpu, keep masks"),
+    ("cudf", "Series.from_arrow", (), "string_column, label_column, derived ids"),
+    ("cudf", "Series.to_pylibcudf", (), "kernels.gpu.column_buffers (zero-copy buffers)"),
+    ("cudf", "Series.where", (), "string_column (keep=...), dedup.losers"),
+    ("cudf", "Series.isna", (), "Parquet GPU reader: nulls go to the host reader"),
+    ("cudf", "Series.any", (), "Parquet GPU reader"),
+    ("cudf", "Series.sum", (), "probe_gpu, byte_size"),
+    ("cudf", "Series.reset_index", ("drop",), "Parquet GPU reader, ExactKeys"),
+    ("cudf", "Series.ffill", (), "dedup.losers"),
+    ("cudf", "Series.astype", (), "dedup.losers"),
+    ("cudf", "Series.index", (), "string_column, label_column"),
+    ("cudf", "DataFrame", (), "Parquet GPU reader"),
+    ("cudf", "DataFrame.from_arrow", (), "to_backend, like"),
+    ("cudf", "DataFrame.to_arrow", ("preserve_index",), "arrow_table, to_host"),
+    ("cudf", "DataFrame.reset_index", ("drop",), "filter_rows"),
+    ("cudf", "DataFrame.__getitem__", (), "filter_rows (boolean mask), column access"),
+    ("cudf", "DataFrame.assign", (), "Filter annotate mode, ExactKeys, dedup.losers"),
+    ("cudf", "DataFrame.sort_values", (), "dedup.losers (no kind=: cuDF has no stable sort)"),
+    ("cudf", "DataFrame.duplicated", ("keep",), "dedup.losers"),
+    ("cudf", "DataFrame.loc", (), "dedup.losers"),
+    ("cudf", "DataFrame.empty", (), "dedup.losers"),
+    ("cudf", "read_parquet", ("columns",), "Parquet GPU reader, io-bench"),
+    ("cudf.core.accessors.string", "StringMethods.byte_count", (), "byte_size"),
+    # --- pylibcudf: the string column's buffers (gpupipe/kernels/gpu.py)
+    ("pylibcudf", "Column.child", (), "offsets child"),
+    ("pylibcudf", "Column.offset", (), "sliced columns"),
+    ("pylibcudf", "Column.size", (), "rows"),
+    ("pylibcudf", "Column.data", (), "chars buffer"),
+    ("pylibcudf", "Column.type", (), "offsets width"),
+    ("pylibcudf", "DataType.id", (), "offsets width"),
+    # --- dask-cuda (gpupipe/backend.py local_cuda_cluster; keywords from cuda_cluster_kwargs)
+    ("dask_cuda", "LocalCUDACluster", (), "cluster: {kind: cuda}"),
+    # --- KvikIO and CuPy (io.kvikio settings, io-bench)
+    ("kvikio", "defaults.set", (), "apply_kvikio_settings (kvikio.defaults is a submodule)"),
+    ("kvikio", "CompatMode", (), "apply_kvikio_settings: compat_mode takes the enum"),
+    ("kvikio", "CuFile", (), "io-bench kvikio reads"),
+    ("kvikio", "CuFile.read", (), "io-bench kvikio reads"),
+    ("cupy", "empty", ("dtype",), "io-bench buffers"),
+    ("cupy", "uint8", (), "io-bench buffers"),
+]
+
+#: modules whose ``module.X`` uses in gpupipe's source must appear in `CALLS`
+MODULES = ("cudf", "pylibcudf", "dask_cuda", "dask_cudf", "kvikio", "cupy")
