@@ -14,6 +14,14 @@ char-24 hashes) in docs/s.
 Needs a GPU with numba-cuda (``pip install 'gpupipe[kernels-cu12]'``); with
 ``NUMBA_ENABLE_CUDASIM=1`` it runs in the simulator (slow: use ``--scale 1 --sample 8``), which
 only shows that the script works.
+
+    python benchmarks/bench_gpu.py --pipeline pipelines/english_web.yaml [--scale 20]
+
+Whole pipelines instead: the pipeline file on the sample corpus repeated ``--scale`` times, run
+with ``backend: pandas`` on a local CPU cluster (``--workers``) and with ``backend: cudf`` on a
+LocalCUDACluster, same input. Per stage: backend, seconds, device seconds, MB/s in; end to end:
+MB/s of input text and the GPU/CPU ratio; and whether the two runs wrote the same bytes
+(``data/`` and the shards). Without a usable GPU the cuDF run is reported as skipped.
 """
 
 from __future__ import annotations
@@ -46,7 +54,11 @@ def main() -> int:
     ap.add_argument("--max-doc-bytes", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--kernel", action="append")
+    ap.add_argument("--pipeline", help="benchmark a whole pipeline file on both backends")
+    ap.add_argument("--workers", type=int, default=None, help="CPU workers of the pandas run")
     args = ap.parse_args()
+    if args.pipeline:
+        return bench_pipeline(args)
 
     import numpy as np
     import pyarrow as pa
@@ -104,6 +116,66 @@ def main() -> int:
                                      "target_gpu_docs_per_s": 1_000_000}
     print(json.dumps(report, indent=2))
     return 0 if all(k["mismatches"] == 0 for k in report["kernels"].values()) else 1
+
+
+def _corpus(path: str, scale: int, out: Path) -> tuple[str, float]:
+    """The corpus repeated ``scale`` times as JSON Lines with unique ids; (path, MB of text)."""
+    from gpupipe.kernels import checks
+
+    texts = checks.load_texts(path, 10**9).to_pylist()
+    out.mkdir(parents=True, exist_ok=True)
+    mb = 0.0
+    with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
+        for k in range(scale):
+            for i, t in enumerate(texts):
+                f.write(json.dumps({"id": f"{k}-{i}", "text": t}, ensure_ascii=False) + "\n")
+                mb += len(t.encode()) / 1e6
+    return str(out / "corpus.jsonl"), mb
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    def files(root):
+        return {p.relative_to(root): p.read_bytes() for sub in ("data", "shards")
+                for p in (root / sub).rglob("*") if p.is_file() and p.name != "manifest.json"}
+    return files(a) == files(b)
+
+
+def bench_pipeline(args) -> int:
+    import tempfile
+
+    import gpupipe as gp
+    from gpupipe.backend import probe_gpu
+
+    with tempfile.TemporaryDirectory(prefix="gpupipe-bench-") as tmp:
+        tmp = Path(tmp)
+        corpus, mb = _corpus(args.path, args.scale, tmp / "in")
+        report = {"pipeline": args.pipeline, "mb": round(mb, 2), "runs": {}}
+        usable, why = probe_gpu()
+        runs = [("pandas", "local")] + ([("cudf", "cuda")] if usable else [])
+        for backend, kind in runs:
+            p = gp.Pipeline.from_yaml(args.pipeline, overrides=[
+                f"input.path={corpus}", "input.id_column=id", f"backend={backend}",
+                f"cluster.kind={kind}", f"output.path={tmp / backend}"])
+            res = p.run(workers=args.workers if kind == "local" else None, progress=False)
+            stages = {}
+            for st in res.summary["stages"]:
+                sec = st["seconds"] or 1e-9
+                stages[f"{st['position']}:{st['stage']}"] = {
+                    "backend": st["backend"], "seconds": st["seconds"],
+                    "device_seconds": st["device_seconds"],
+                    "mb_per_s_in": round(st["bytes_in"] / 1e6 / sec, 1)}
+            report["runs"][backend] = {"seconds": res.summary["seconds"],
+                                       "mb_per_s": round(mb / res.summary["seconds"], 2),
+                                       "docs_out": res.summary["output"]["docs"],
+                                       "stages": stages}
+        if usable:
+            report["gpu_over_cpu"] = round(report["runs"]["pandas"]["seconds"]
+                                           / report["runs"]["cudf"]["seconds"], 2)
+            report["same_bytes"] = _same_bytes(tmp / "pandas", tmp / "cudf")
+        else:
+            report["runs"]["cudf"] = {"skipped": f"no usable GPU: {why}"}
+    print(json.dumps(report, indent=2))
+    return 0 if report.get("same_bytes", True) else 1
 
 
 if __name__ == "__main__":

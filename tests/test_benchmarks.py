@@ -42,3 +42,22 @@ def test_bench_gpu_runs_in_the_simulator():
         "gopher_repetition": 0, "fineweb_quality": 0, "c4_quality": 0, "xxh64": 0,
         "minhash_chars": 0, "minhash_words": 0, "language_id": 0}
     assert report["gopher_pair"]["target_gpu_gb_per_s"] == 1.0
+
+
+def test_bench_gpu_pipeline_mode_runs_the_pandas_half_here():
+    """`bench_gpu.py --pipeline` on a machine without a GPU: the pandas run with its per-stage
+    figures, and the cuDF run reported as skipped (on a GPU machine it runs both)."""
+    from gpupipe.backend import probe_gpu
+
+    if probe_gpu()[0]:
+        pytest.skip("a GPU works here: the cuDF half runs too (the gpu tests cover it)")
+    r = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--pipeline",
+                        "pipelines/quickstart.yaml", "--scale", "1", "--workers", "1"],
+                       capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads(r.stdout)
+    stages = report["runs"]["pandas"]["stages"]
+    assert list(stages) == ["0:normalize_text", "1:length_filter", "2:tokenize"]
+    assert {s["backend"] for s in stages.values()} == {"pandas"}
+    assert report["runs"]["pandas"]["docs_out"] == 1660
+    assert report["runs"]["cudf"]["skipped"].startswith("no usable GPU")
