@@ -124,7 +124,10 @@ def _read_parquet_on_gpu(source, i: int):
             pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(
                 schema.field(c).type) for c in strings):
         return None
-    table = cudf.read_parquet(path, columns=wanted)
+    try:  # pandas metadata off: an id column saved as the pandas index stays a column
+        table = cudf.read_parquet(path, columns=wanted, use_pandas_metadata=False)
+    except Exception:  # corrupt pages: the host reader sets the file aside or stops the run
+        return None
     if any(table[c].isna().any() for c in strings):
         return None  # the host reader sets the rows aside with their row numbers
     if source.id_column is None:

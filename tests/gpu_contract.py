@@ -36,10 +36,15 @@ CALLS: list[tuple[str, str, tuple[str, ...], str]] = [
     ("cudf", "DataFrame.duplicated", ("keep",), "dedup.losers"),
     ("cudf", "DataFrame.loc", (), "dedup.losers"),
     ("cudf", "DataFrame.empty", (), "dedup.losers"),
-    ("cudf", "read_parquet", ("columns",), "Parquet GPU reader, io-bench"),
+    ("cudf", "read_parquet", ("columns", "use_pandas_metadata"), "Parquet GPU reader, io-bench"),
+    ("cudf.core.column.column", "ColumnBase.access", (), "column_buffers: mark exposed "
+     "(mode=, scope= pass through **kwargs to Buffer.access)"),
+    ("cudf.core.buffer.spillable_buffer", "SpillableBufferOwner.mark_exposed", (),
+     "what access(scope='external') does: unspill, never spill again"),
     ("cudf.core.accessors.string", "StringMethods.byte_count", (), "byte_size"),
     # --- pylibcudf: the string column's buffers (gpupipe/kernels/gpu.py)
     ("pylibcudf", "Column.child", (), "offsets child"),
+    ("pylibcudf", "Column.num_children", (), "empty columns have no offsets child"),
     ("pylibcudf", "Column.offset", (), "sliced columns"),
     ("pylibcudf", "Column.size", (), "rows"),
     ("pylibcudf", "Column.data", (), "chars buffer"),

@@ -195,8 +195,15 @@ def to_host(x) -> np.ndarray:
 def column_buffers(series):
     """``(offsets, chars)`` device arrays of a cuDF string Series, zero-copy: the offsets child
     (int32, or int64 for large strings) and the character data, honouring the column's offset
-    (cuDF 26.10: ``Series.to_pylibcudf() -> (pylibcudf.Column, metadata)``)."""
-    col, _ = series.to_pylibcudf()
+    (cuDF 26.10: ``Series.to_pylibcudf() -> (pylibcudf.Column, metadata)``).
+
+    The buffers are first marked exposed (``access(scope="external")``): with cuDF spilling on,
+    a buffer could otherwise be on the host, or be moved there while a kernel reads it. An empty
+    column may have no offsets child at all (libcudf), so it gets a one-entry offsets array."""
+    with series._column.access(mode="read", scope="external"):
+        col, _ = series.to_pylibcudf()
+    if col.size() == 0 or col.num_children() == 0:
+        return cuda.to_device(np.zeros(1, np.int32)), cuda.device_array(1, np.uint8)
     child = col.child(0)
     wide = child.type().id().name == "INT64"
     start = child.offset() + col.offset()

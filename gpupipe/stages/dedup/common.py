@@ -94,8 +94,17 @@ class DropLosers:
 
 
 def write_losers(client, losers_ddf, path: str) -> None:
-    """Materialise the losers, one directory per input partition (``_gp_part=K/``)."""
+    """Materialise the losers, one directory per input partition (``_gp_part=K/``). They are
+    written from the host with pyarrow on either backend: cuDF's Parquet writer fails on an empty
+    partition with ``partition_on`` (every hash bucket without duplicates), and the losers are
+    small."""
     import shutil
+
+    from gpupipe import seam
+
+    host_meta = seam.to_host(losers_ddf._meta)
+    if host_meta is not losers_ddf._meta:
+        losers_ddf = losers_ddf.map_partitions(seam.to_host, meta=host_meta)
 
     if os.path.isdir(path):
         shutil.rmtree(path)
