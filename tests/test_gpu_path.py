@@ -122,17 +122,17 @@ def test_explain_names_stages_converted_for_another_backend():
     assert stage_backends(stages, "pandas") == [("pandas", False), ("pandas", False)]
     # both compute with kernels and the seam only: native on cuDF
     assert stage_backends(stages, "cudf") == [("cudf", False), ("cudf", False)]
-    from gpupipe.stages import NormalizeText
+    from gpupipe.stages import PiiRedact
 
-    assert stage_backends([NormalizeText()], "cudf") == [("pandas", True)]
+    assert stage_backends([PiiRedact()], "cudf") == [("pandas", True)]
 
 
 def test_conversions_are_planned_between_fused_stages_only():
     from gpupipe.runner.plan import conversions, plan
-    from gpupipe.stages import ExactDedup, NormalizeText
+    from gpupipe.stages import ExactDedup, PiiRedact
 
-    stages = [LengthFilter(min_words=3), NormalizeText(), GopherQuality(), ExactDedup(),
-              NormalizeText(), LengthFilter(min_words=1)]
+    stages = [LengthFilter(min_words=3), PiiRedact(), GopherQuality(), ExactDedup(),
+              PiiRedact(), LengthFilter(min_words=1)]
     assert conversions(plan(stages), "cudf") == {1: "device->host", 2: "host->device",
                                                  5: "host->device"}
     assert conversions(plan(stages), "pandas") == {}
@@ -145,13 +145,16 @@ def test_explain_shows_the_cudf_plan_on_a_machine_without_a_gpu():
     text = p.explain()
     assert "backend  cudf — not usable on this machine: backend: cudf cannot be used here" in text
     warned = [line.strip() for line in text.splitlines() if "WARNING" in line]
-    # read on the host for normalize_text and language_id, one copy up to the GPU filters;
+    # read onto the GPU for normalize_text, down for language_id, up again for the filters;
     # the global and later stages read their Parquet checkpoints on their own side
-    assert warned == ["WARNING conversion before gopher_repetition: every partition is copied "
+    assert warned == ["WARNING conversion before language_id: every partition is copied from "
+                      "the GPU to the host",
+                      "WARNING conversion before gopher_repetition: every partition is copied "
                       "from the host to the GPU"]
-    for native in ("gopher_repetition", "gopher_quality", "c4_quality", "fineweb_quality"):
+    for native in ("normalize_text", "gopher_repetition", "gopher_quality", "c4_quality",
+                   "fineweb_quality"):
         assert f"        {native} runs on cudf\n" in text
-    for host in ("normalize_text", "language_id", "fuzzy_dedup", "pii_redact", "tokenize"):
+    for host in ("language_id", "fuzzy_dedup", "pii_redact", "tokenize"):
         assert f"        {host} runs on pandas (no cudf path)\n" in text
     assert "routing and shard writing run on the host" in text
     r = cli("run", "pipelines/quickstart.yaml", "--set", "backend=cudf", "-o",

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from gpupipe.kernels import hashing, langid, normalize, quality, repetition, utf8, words
+from gpupipe.kernels import clean, hashing, langid, normalize, quality, repetition, utf8, words
 
 STOP_WORDS = ["the", "be", "to", "of", "and", "that", "have", "with"]
 POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
@@ -160,6 +160,24 @@ def _c4(result) -> tuple:
     return codes, Text(text, offsets), counts
 
 
+CLEAN_OPTIONS = ({"newlines": True, "remove_control": True, "unicode_spaces": True,
+                  "collapse_spaces": False, "strip_lines": True, "max_blank_lines": 2,
+                  "strip": True},
+                 {"newlines": True, "remove_control": True, "unicode_spaces": True,
+                  "collapse_spaces": True, "strip_lines": False, "max_blank_lines": 0,
+                  "strip": False})
+
+
+def _clean(launcher, s: Sample) -> tuple:
+    """Both option sets; every other document gets only the steps before normalisation."""
+    out = []
+    pre = np.arange(len(s)) % 2 == 1
+    for options in CLEAN_OPTIONS:
+        offsets, data, changed = launcher(s.offsets, s.data, pre, **options)
+        out += [Text(data, offsets), changed]
+    return tuple(out)
+
+
 def _langid_cpu(s: Sample) -> tuple:
     scores = langid.langid_scores(s.langid_offsets, s.langid_data)
     return (scores, *langid.pick(scores))
@@ -182,6 +200,8 @@ CHECKS: tuple[Check, ...] = (
                      normalize.needs_normalization(s.offsets, s.data, "NFKC")),
           lambda s: (_gpu().needs_normalization(s.offsets, s.data, "NFC"),
                      _gpu().needs_normalization(s.offsets, s.data, "NFKC"))),
+    Check("text_cleanup", "normalize_text (line endings, controls, spaces, blank lines, trim)",
+          lambda s: _clean(clean.clean_text, s), lambda s: _clean(_gpu().clean_text, s)),
     Check("word_tokens", "word_count_filter (tokens, words)",
           lambda s: (words.count_tokens(s.offsets, s.data, False),
                      words.count_tokens(s.offsets, s.data, True)),

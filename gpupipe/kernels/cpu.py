@@ -4,6 +4,7 @@ A stage computes with ``kernels_for(df).<name>(...)`` and runs on either target 
 
 from __future__ import annotations
 
+from gpupipe.kernels.clean import clean_text
 from gpupipe.kernels.hashing import minhash_buffers as minhash
 from gpupipe.kernels.hashing import minhash_ngrams_buffers as minhash_ngrams
 from gpupipe.kernels.hashing import xxh64_strings
@@ -16,6 +17,6 @@ from gpupipe.kernels.utf8 import count_chars, count_words
 from gpupipe.kernels.words import count_tokens
 
 #: every launcher; `gpupipe.kernels.gpu` has each of them (tested)
-__all__ = ["c4_rewrite", "count_chars", "count_tokens", "count_words", "fineweb_features",
+__all__ = ["c4_rewrite", "clean_text", "count_chars", "count_tokens", "count_words", "fineweb_features",
            "gopher_quality_features", "gopher_repetition_features", "langid_identify",
            "langid_scores", "minhash", "minhash_ngrams", "needs_normalization", "xxh64_strings"]

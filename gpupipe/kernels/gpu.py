@@ -27,7 +27,7 @@ import numpy as np
 from numba import cuda
 
 from gpupipe.charsets import char_table
-from gpupipe.kernels import hashing, langid, normalize, quality, repetition, utf8, words
+from gpupipe.kernels import clean, hashing, langid, normalize, quality, repetition, utf8, words
 from gpupipe.kernels.target import SIMULATOR, max_len, register_cuda_mul_rn
 
 if not SIMULATOR:
@@ -503,17 +503,54 @@ def c4_rewrite(offsets, data, *, max_word_length: int, remove_citations: bool,
                 min_sentences, to_device(reg), *_scratch(size), _empty(size, np.int32), out,
                 int(host[0]), codes[a:b], ends[a:b], counts[a:b])
     codes, ends, counts = to_host(codes), to_host(ends), to_host(counts)
-    # each document wrote its text at the start of its own input range: compact them
     starts = host[:-1] - host[0]
-    lens = np.where(codes == 0, ends - starts, 0)
-    new_off = np.zeros(n + 1, np.int64)
+    text, new_off = _compact(out, total, starts, np.where(codes == 0, ends - starts, 0))
+    return codes, text, new_off, counts
+
+
+def _compact(out, total: int, starts: np.ndarray, lens: np.ndarray):
+    """(UTF-8 data, int64 offsets) on the host of documents that each wrote ``lens[d]`` bytes at
+    ``starts[d]`` of ``out`` (the start of their own input range)."""
+    new_off = np.zeros(len(starts) + 1, np.int64)
     np.cumsum(lens, out=new_off[1:])
     mark = np.zeros(total + 1, np.int64)
     np.add.at(mark, starts, 1)
     np.add.at(mark, starts + lens, -1)
     keep = np.cumsum(mark[:-1]) > 0
     text = to_host(out)[:total][keep] if total else np.zeros(0, np.uint8)
-    return codes, text, new_off, counts
+    return text, new_off
+
+
+@cuda.jit
+def _clean_kernel(offsets, data, pre_only, newlines, remove_control, unicode_spaces, collapse,
+                  lines, max_blank, strip, out, base, ends, changed):
+    d = cuda.grid(1)
+    if d < ends.shape[0]:
+        end, ch = clean.clean_doc(data, offsets[d], offsets[d + 1], out, offsets[d] - base,
+                                  pre_only[d], newlines, remove_control, unicode_spaces,
+                                  collapse, lines, max_blank, strip)
+        ends[d] = end
+        changed[d] = ch
+
+
+def clean_text(offsets, data, pre_only, *, newlines: bool, remove_control: bool,
+               unicode_spaces: bool, collapse_spaces: bool, strip_lines: bool,
+               max_blank_lines: int | None, strip: bool, chunk_bytes: int = CHUNK_BYTES):
+    """`gpupipe.kernels.clean.clean_text` on the GPU (the same three results, on the host)."""
+    off, host, chunks = _per_chunk(offsets, chunk_bytes)
+    dat, pre = to_device(data), to_device(np.asarray(pre_only, dtype=np.bool_))
+    n = len(host) - 1
+    total = int(host[-1] - host[0])
+    out = _empty(max(total, 1), np.uint8)
+    ends, changed = _zeros(n, np.int64), _zeros(n, np.bool_)
+    keep = -1 if max_blank_lines is None else int(max_blank_lines)
+    for a, b in chunks:
+        _launch(_clean_kernel, b - a, off[a: b + 1], dat, pre[a:b], newlines, remove_control,
+                unicode_spaces, collapse_spaces, strip_lines, keep, strip, out, int(host[0]),
+                ends[a:b], changed[a:b])
+    starts = host[:-1] - host[0]
+    text, new_off = _compact(out, total, starts, to_host(ends) - starts)
+    return new_off, text, to_host(changed)
 
 
 def xxh64_strings(offsets, data, seed: int = 0) -> np.ndarray:

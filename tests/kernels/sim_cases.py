@@ -42,6 +42,9 @@ def test_real_documents_equal_the_cpu_kernels():
 ALPHABET = st.one_of(
     st.characters(codec="utf-8", categories=["L", "M", "N", "P", "S", "Z"]),
     st.sampled_from(list("東京は日本の首都です。😀👍🏽e\u0301a\u0308 \n\n\r\n\t.!?…-'\"#•[]{}")),
+    # what normalize_text's clean-up maps or removes
+    st.sampled_from(list("\r\x0b\x0c\x85\u2028\u2029\x01\x1f\x7f\x9f\ufeff\u200b\xa0\u1680"
+                         "\u2000\u200a\u3000\u202f\u205f\x1c \t\n")),
 )
 TEXTS = st.lists(st.one_of(st.text(ALPHABET, max_size=120), st.just(""),
                            st.just("x" * 1500), st.just("lorem ipsum {curly}.\n" * 3)),

@@ -88,3 +88,84 @@ def test_unicode_forms_equal_python(texts, form):
     for t, need in zip(texts, needs_normalization(*utf8_buffers(arr), form)):
         if not need:
             assert unicodedata.normalize(form, t) == t
+
+
+# --------------------------------------------------------------------------- the compiled scan
+# The clean-up runs as one compiled scan (gpupipe.kernels.clean, the same source on the GPU);
+# it must give what the documented regular expressions give, applied one after the other.
+
+def reference(texts, st_):
+    """The steps as Arrow regular expressions, in order (what the stage did before the kernel)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from gpupipe.kernels.normalize import normalize
+    from gpupipe.stages.transforms.normalize_text import CONTROL, NEWLINES, UNICODE_SPACES
+
+    arr = before = pa.array(texts, pa.large_string())
+    if st_.newlines:
+        arr = pc.replace_substring_regex(arr, pattern=NEWLINES, replacement="\n")
+    if st_.remove_control:
+        arr = pc.replace_substring_regex(arr, pattern=CONTROL, replacement="")
+    if st_.form is not None:
+        arr = normalize(arr, st_.form)
+    if st_.unicode_spaces:
+        arr = pc.replace_substring_regex(arr, pattern=UNICODE_SPACES, replacement=" ")
+    if st_.collapse_spaces:
+        arr = pc.replace_substring_regex(arr, pattern=r"[ \t]{2,}", replacement=" ")
+    if st_.strip_lines:
+        arr = pc.replace_substring_regex(arr, pattern=r"[ \t]+\n", replacement="\n")
+        arr = pc.replace_substring_regex(arr, pattern=r"[ \t]+$", replacement="")
+    if st_.max_blank_lines is not None:
+        k = st_.max_blank_lines
+        arr = pc.replace_substring_regex(arr, pattern=rf"\n(?:[ \t]*\n){{{k + 1},}}",
+                                         replacement="\n" * (k + 1))
+    if st_.strip:
+        arr = pc.utf8_trim_whitespace(arr)
+    return arr.to_pylist(), int(pc.sum(pc.not_equal(before, arr)).as_py() or 0)
+
+
+CONFIGS = [{}, {"collapse_spaces": True}, {"form": "NFKC", "max_blank_lines": 0},
+           {"form": None}, {"newlines": False, "strip": False},
+           {"remove_control": False, "strip_lines": False, "max_blank_lines": 1},
+           {"unicode_spaces": False, "form": "NFD"},
+           {"form": None, "max_blank_lines": 0, "collapse_spaces": True, "strip": False}]
+
+
+@pytest.mark.parametrize("params", CONFIGS, ids=lambda p: ",".join(f"{k}={v}" for k, v in
+                                                                   p.items()) or "defaults")
+def test_the_scan_equals_the_regular_expressions_on_the_corpus(sample_records, params):
+    texts = [r["text"] for r in sample_records] + [
+        "a\r\nb\rc\x0bd\x0ce\x85f\u2028g\u2029h", "  x\x01y\u200b\ufeffz \t\n\n\n\n  \n q  ",
+        "e\u0301\xa0\u3000 \t a\t\tb", "\u2000\u2001 lead", "\r\n\r\n\r\n\r\nx", "", "   ",
+        "\x85\x9f\x7f", "A\u0301\r\x0b\x85", "a \xa0\n\n \u3000\n\nb", "x\t\n\t\n\t\n\t\ny"]
+    got, counters = run(texts, **params)
+    want, changed = reference(texts, NormalizeText(**params))
+    assert got == want
+    assert counters == {"changed": changed}
+
+
+SPECIAL = st.sampled_from(list("\r\n\t \x0b\x0c\x85\u2028\u2029\x01\x1f\x7f\x9f\ufeff\u200b\xa0"
+                               "\u1680\u2000\u200a\u3000\u202f\u205f\x1c\u0301\u0308eAé"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(st.one_of(SPECIAL, st.characters(codec="utf-8")), max_size=40),
+                min_size=1, max_size=8), st.sampled_from(CONFIGS))
+def test_the_scan_equals_the_regular_expressions_on_generated_text(texts, params):
+    got, counters = run(texts, **params)
+    want, changed = reference(texts, NormalizeText(**params))
+    assert got == want
+    assert counters == {"changed": changed}
+
+
+def test_trim_whitespace_is_arrows_on_every_code_point():
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from gpupipe.kernels.clean import TRIM_WHITESPACE
+
+    cps = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    trimmed = pc.utf8_length(pc.utf8_trim_whitespace(pa.array([chr(c) for c in cps])))
+    arrow = [c for c, n in zip(cps, trimmed.to_pylist()) if n == 0]
+    assert arrow == list(TRIM_WHITESPACE)
