@@ -209,7 +209,10 @@ def register_cudf_seam() -> None:
 
     @seam.like.register((cudf.DataFrame, cudf.Series))
     def _like(like, frame):
-        return cudf.DataFrame.from_arrow(seam.arrow_table(frame))
+        out = cudf.DataFrame.from_arrow(seam.arrow_table(frame))
+        if len(out) == len(like):
+            out.index = like.index
+        return out
 
 
 # --------------------------------------------------------------------------- GPU clusters

@@ -120,6 +120,8 @@ def _to_host(frame: pd.DataFrame) -> pd.DataFrame:
 
 @seam.like.register((pd.DataFrame, pd.Series))
 def _like(like, frame: pd.DataFrame) -> pd.DataFrame:
+    if len(frame) == len(like) and not frame.index.equals(like.index):
+        return frame.set_axis(like.index)
     return frame
 
 

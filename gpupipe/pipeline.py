@@ -86,8 +86,9 @@ class Pipeline(PipelineSpec):
             for pos, st in zip(seg.positions, seg.stages):
                 on, converted = per_stage[id(st)]
                 if run_backend != "pandas":
-                    lines.append(f"        {st.stage_name} runs on {on}" + (
-                        f" (no {run_backend} path)" if converted else ""))
+                    note = (f" (no {run_backend} path)" if converted else
+                            f" ({st.host_steps})" if st.host_steps and on != "pandas" else "")
+                    lines.append(f"        {st.stage_name} runs on {on}{note}")
                 if pos in copies:
                     a, b = ("GPU", "host") if copies[pos] == "device->host" else ("host", "GPU")
                     lines.append(f"        WARNING conversion before {st.stage_name}: every "

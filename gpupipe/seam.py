@@ -19,7 +19,8 @@ dispatched, so nothing imports cuDF before a cuDF partition exists.
 * `byte_size(series)`: total UTF-8 bytes of a string column;
 * `to_host(frame)`: the partition as a pandas frame with the canonical dtypes (a copy from the
   device for cuDF);
-* `like(like, frame)`: a pandas ``frame`` moved to ``like``'s backend.
+* `like(like, frame)`: a pandas ``frame`` moved to ``like``'s backend (with ``like``'s index
+  when the lengths match, so its columns can be assigned to ``like``).
 
 `gpupipe.backend.to_backend(frame, name)` moves a partition to a named backend (the runner's
 conversions between stages).

@@ -145,17 +145,19 @@ def test_explain_shows_the_cudf_plan_on_a_machine_without_a_gpu():
     text = p.explain()
     assert "backend  cudf — not usable on this machine: backend: cudf cannot be used here" in text
     warned = [line.strip() for line in text.splitlines() if "WARNING" in line]
-    # read onto the GPU for normalize_text, down for language_id, up again for the filters;
-    # the global and later stages read their Parquet checkpoints on their own side
-    assert warned == ["WARNING conversion before language_id: every partition is copied from "
-                      "the GPU to the host",
-                      "WARNING conversion before gopher_repetition: every partition is copied "
-                      "from the host to the GPU"]
-    for native in ("normalize_text", "gopher_repetition", "gopher_quality", "c4_quality",
-                   "fineweb_quality"):
+    # the first segment reads onto the GPU and stays there; the global and later stages read
+    # their Parquet checkpoints on their own side: no copy at all
+    assert warned == []
+    for native in ("normalize_text", "language_id", "gopher_repetition", "gopher_quality",
+                   "c4_quality", "fineweb_quality"):
         assert f"        {native} runs on cudf\n" in text
-    for host in ("language_id", "fuzzy_dedup", "pii_redact", "tokenize"):
+    for host in ("pii_redact", "tokenize"):
         assert f"        {host} runs on pandas (no cudf path)\n" in text
+    assert ("        fuzzy_dedup runs on cudf (LSH buckets, candidate checks and components on "
+            "the host)\n") in text
+    quick = gp.Pipeline.from_yaml("pipelines/quickstart.yaml", overrides=["backend=cudf"])
+    assert [line.strip() for line in quick.explain().splitlines() if "WARNING" in line] == [
+        "WARNING conversion before tokenize: every partition is copied from the GPU to the host"]
     assert "routing and shard writing run on the host" in text
     r = cli("run", "pipelines/quickstart.yaml", "--set", "backend=cudf", "-o",
             "/tmp/gpupipe-never-written")

@@ -241,6 +241,9 @@ CHECKS: tuple[Check, ...] = (
           lambda s: (_gpu().minhash_ngrams(*s.lists, ngrams=4, seed=1, a=A64, b=B64,
                                            bits=64),)),
     Check("language_id", "language_id (scores, label, probability)", _langid_cpu, _langid_gpu),
+    Check("langid_prepare_check", "language_id (which texts are prepared on the host)",
+          lambda s: (langid.langid_needs_prepare(s.offsets, s.data),),
+          lambda s: (_gpu().langid_needs_prepare(s.offsets, s.data),)),
 )
 
 

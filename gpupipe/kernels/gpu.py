@@ -391,6 +391,19 @@ def count_words(offsets, data) -> np.ndarray:
     return _one_per_doc(_count_words_kernel, np.int64, offsets, data)
 
 
+@cuda.jit
+def _langid_prepare_kernel(offsets, data, table, out):
+    d = cuda.grid(1)
+    if d < out.shape[0]:
+        out[d] = langid.needs_prepare_doc(data, offsets[d], offsets[d + 1], table)
+
+
+def langid_needs_prepare(offsets, data) -> np.ndarray:
+    """`gpupipe.kernels.langid.langid_needs_prepare` on the GPU."""
+    return _one_per_doc(_langid_prepare_kernel, np.bool_, offsets, data,
+                        to_device(normalize.stable_table("NFC")))
+
+
 def needs_normalization(offsets, data, form: str) -> np.ndarray:
     """`gpupipe.kernels.normalize.needs_normalization` on the GPU."""
     return _one_per_doc(_needs_normalization_kernel, np.bool_, offsets, data,

@@ -19,9 +19,10 @@ import numpy as np
 
 from gpupipe.errors import BackendUnavailableError
 from gpupipe.kernels.target import device, max_len, mul_rn, table_mask, table_size
+from gpupipe.kernels.utf8 import decode
 
-__all__ = ["LangidModel", "langid", "langid_model", "langid_pick", "langid_scores", "log1p_table",
-           "pick", "prepare"]
+__all__ = ["LangidModel", "langid", "langid_model", "langid_needs_prepare", "langid_pick",
+           "langid_scores", "log1p_table", "pick", "prepare"]
 
 
 class LangidModel:
@@ -173,6 +174,43 @@ def pick(scores: np.ndarray, model: LangidModel | None = None) -> tuple[np.ndarr
 def langid(offsets, data, model: LangidModel | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(class index, probability) of each prepared UTF-8 string (see ``language_id``)."""
     return pick(langid_scores(offsets, data, model), model)
+
+
+@device
+def needs_prepare_doc(data, start, end, table):
+    """Whether `prepare` might change ``data[start:end]``: it holds a code point NFC might
+    change (``table``: `normalize.stable_table("NFC")`), or no ASCII lower-case letter (so it
+    might be all upper case). A text with an ASCII lower-case letter is never all upper case."""
+    lower = False
+    i = start
+    while i < end:
+        b = data[i]
+        if b < 0x80:
+            if 97 <= b <= 122:
+                lower = True
+            i += 1
+            continue
+        cp, step = decode(data, i)
+        i += step
+        if cp >= table.shape[0] or not table[cp]:
+            return True
+    return not lower
+
+
+@numba.njit(cache=True, nogil=True)
+def _needs_prepare_cpu(offsets, data, table, out):
+    for d in range(out.shape[0]):
+        out[d] = needs_prepare_doc(data, offsets[d], offsets[d + 1], table)
+    return out
+
+
+def langid_needs_prepare(offsets, data) -> np.ndarray:
+    """Per string: whether `prepare` might change it (never a false "no"). Only those strings
+    go to the host; the scores of the rest are computed where the text is."""
+    from gpupipe.kernels.normalize import stable_table
+
+    return _needs_prepare_cpu(offsets, data, stable_table("NFC"),
+                              np.empty(len(offsets) - 1, dtype=np.bool_))
 
 
 def prepare(arr):

@@ -99,6 +99,8 @@ class Stage:
     #: the kernel launchers it computes with (`gpupipe.kernels.cpu` names); set only when the
     #: stage touches its partition through them and `gpupipe.seam` alone
     kernels: ClassVar[tuple[str, ...]] = ()
+    #: steps that stay on the host even when the stage runs on cuDF (shown by ``explain``)
+    host_steps: ClassVar[str] = ""
 
     def runs_on(self, backend: str) -> str:
         """The backend this stage runs on in a run on ``backend``: that one where the stage has

@@ -116,3 +116,13 @@ def test_sample_draws_with_the_routing_hash():
         assert np.array_equal(got, want)
         assert 500 < int((got == 0).sum()) < 700  # about 30% kept
     assert Sample.backends == ("pandas", "cudf")
+
+
+def test_language_id_runs_on_cudf_unless_a_fasttext_model_is_given(tmp_path):
+    from gpupipe.stages import LanguageId
+
+    model = tmp_path / "lid.bin"
+    model.write_bytes(b"")  # only its existence is checked before a run
+    assert LanguageId().runs_on("cudf") == "cudf"
+    assert LanguageId(fasttext_model=str(model)).runs_on("cudf") == "pandas"
+    assert LanguageId(fasttext_model=str(model)).runs_on("pandas") == "pandas"

@@ -67,27 +67,36 @@ def normalized_words(arr) -> pa.Array:
 
 
 class Signatures:
-    """Partition ``i`` -> signature matrix, lengths and ids saved under ``work_dir``."""
+    """Partition ``i`` -> signature matrix, lengths and ids saved under ``work_dir``.
 
-    def __init__(self, source, work_dir: str, cfg: dict, a: np.ndarray, b: np.ndarray):
+    The hashing runs where the partition is (the MinHash kernels on the GPU for cuDF). Word
+    shingles are normalised on the host first (NFKD, Arrow), then hashed on the same side."""
+
+    def __init__(self, source, work_dir: str, cfg: dict, a: np.ndarray, b: np.ndarray,
+                 backend: str = "pandas"):
         self.source, self.work_dir, self.cfg, self.a, self.b = source, work_dir, cfg, a, b
+        self.backend = backend
 
     def __call__(self, i: int) -> int:
+        from gpupipe import seam
+        from gpupipe.backend import read_partition
         from gpupipe.io.writer import write_npy
-        from gpupipe.kernels.hashing import minhash, minhash_ngrams
+        from gpupipe.kernels.hashing import list_buffers
 
-        df = self.source.read(i).frame
-        arr = text_array(df[TEXT])
+        df = read_partition(self.source, i, self.backend).frame
+        kernels, buffers = seam.kernels_for(df), seam.text_buffers(df[TEXT])
         cfg = self.cfg
         if cfg["shingles"] == "chars":
-            sig = minhash(arr, seed=cfg["seed"], a=self.a, b=self.b, width=cfg["width"],
-                          bits=cfg["bits"])
+            sig = kernels.minhash(*buffers, seed=cfg["seed"], a=self.a, b=self.b,
+                                  width=cfg["width"], bits=cfg["bits"])
         else:
-            sig = minhash_ngrams(normalized_words(arr), ngrams=cfg["width"] - 1, seed=cfg["seed"], a=self.a,
-                                 b=self.b, bits=cfg["bits"])
-        write_npy(sig, os.path.join(self.work_dir, f"part-{i:05d}.npy"))
-        write_parquet(pa.table({"id": pa.array(df[ID].tolist(), pa.string()),
-                                "length": pc.utf8_length(arr).cast(pa.int64())}),
+            words = normalized_words(text_array(seam.to_host(df[[TEXT]])[TEXT]))
+            sig = kernels.minhash_ngrams(*list_buffers(words), ngrams=cfg["width"] - 1,
+                                         seed=cfg["seed"], a=self.a, b=self.b, bits=cfg["bits"])
+        write_npy(np.asarray(sig), os.path.join(self.work_dir, f"part-{i:05d}.npy"))
+        ids = text_array(seam.to_host(df[[ID]])[ID]).cast(pa.string())
+        length = np.asarray(kernels.count_chars(*buffers), dtype=np.int64)
+        write_parquet(pa.table({"id": ids, "length": pa.array(length)}),
                       os.path.join(self.work_dir, f"part-{i:05d}.meta.parquet"))
         return len(df)
 
@@ -183,6 +192,10 @@ class FuzzyDedup(GlobalStage):
 
     uses_work_dir: ClassVar[bool] = True
     reasons: ClassVar[tuple[str, ...]] = ("near_duplicate",)
+    #: the signatures (the bulk of the work) and the final drop run on cuDF; bands, buckets,
+    #: candidate checks and components on the host (see `host_steps`)
+    backends: ClassVar[tuple[str, ...]] = ("pandas", "cudf")
+    host_steps: ClassVar[str] = "LSH buckets, candidate checks and components on the host"
 
     preset: Literal["nemo", "datatrove"] = "datatrove"
     shingles: Literal["chars", "words"] | None = None
@@ -238,7 +251,8 @@ class FuzzyDedup(GlobalStage):
         n_parts = src.npartitions
         todo = [i for i in range(n_parts) if not os.path.exists(
             os.path.join(sig_dir, f"part-{i:05d}.meta.parquet"))]
-        client.gather(client.map(Signatures(src, sig_dir, cfg, a, b), todo, pure=False))
+        client.gather(client.map(Signatures(src, sig_dir, cfg, a, b, ctx.backend), todo,
+                                 pure=False))
         counts = [pq.read_metadata(os.path.join(sig_dir, f"part-{i:05d}.meta.parquet")).num_rows
                   for i in range(n_parts)]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -270,10 +284,9 @@ class FuzzyDedup(GlobalStage):
         label = f"{ctx.position}:{self.stage_name}"
         audit_dir = os.path.join(ctx.output_dir, "dedup", "duplicates.parquet")
         clear_audit(audit_dir, label)
-        reader = DropLosers(src, losers_dir, os.path.join(ctx.output_dir, "dedup",
-                                                          "duplicates.parquet"), label,
-                            audit_cols=("component", "jaccard"))
-        return from_partitions(reader, n_parts, src.meta(), "gpupipe-fuzzy-drop")
+        reader = DropLosers(src, losers_dir, audit_dir, label, audit_cols=("component", "jaccard"),
+                            backend=ctx.backend)
+        return from_partitions(reader, n_parts, ctx.meta(), "gpupipe-fuzzy-drop")
 
     def _losers_on_client(self, edge_files, sig_dir, offsets, losers_dir):
         """Connected components with scipy on the client: its memory follows the number of

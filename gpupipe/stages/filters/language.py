@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
+from gpupipe import seam
 from gpupipe.errors import BackendUnavailableError
 from gpupipe.frame import TEXT, string_series, text_array
 from gpupipe.kernels.langid import langid, langid_model, prepare
@@ -36,6 +37,19 @@ def identify(arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     model = langid_model()
     best, conf = langid(*utf8_buffers(prepare(arr)), model)
     return pa.array(model.classes, type=pa.large_string()).take(pa.array(best)), conf
+
+
+def identify_partition(df) -> tuple[np.ndarray, np.ndarray]:
+    """(class index, confidence) per row of a partition of either backend: the scores run where
+    the text is (the kernels on the GPU for cuDF); only the texts `prepare` might change (not
+    NFC, or without an ASCII lower-case letter) are prepared on the host first."""
+    kernels, (offsets, data) = seam.kernels_for(df), seam.text_buffers(df[TEXT])
+    need = np.asarray(kernels.langid_needs_prepare(offsets, data))
+    if need.any():
+        host = text_array(seam.to_host(df[[TEXT]])[TEXT])
+        done = prepare(host.take(pa.array(np.flatnonzero(need)))).cast(pa.large_string())
+        offsets, data = utf8_buffers(pc.replace_with_mask(host, pa.array(need), done))
+    return kernels.langid_identify(offsets, data, langid_model())
 
 
 @functools.cache
@@ -73,6 +87,7 @@ class LanguageId(Filter):
     """
 
     reasons: ClassVar[tuple[str, ...]] = ("language_not_kept", "low_language_score")
+    kernels: ClassVar[tuple[str, ...]] = ("langid_needs_prepare", "langid_identify")
 
     keep: tuple[str, ...] | None = None
     min_score: Annotated[float | None, Field(ge=0, le=1)] = None
@@ -91,12 +106,30 @@ class LanguageId(Filter):
     def added_columns(self) -> dict[str, str]:
         return {LANGUAGE: "string", LANGUAGE_SCORE: "float32", **super().added_columns()}
 
+    def runs_on(self, backend: str) -> str:
+        # a fastText model runs on the host; py3langid's runs as kernels on either backend
+        return "pandas" if self.fasttext_model is not None else super().runs_on(backend)
+
     def evaluate(self, df):
-        arr = text_array(df[TEXT]).fill_null("")
         if self.fasttext_model is not None:
-            langs, conf = identify_fasttext(self.fasttext_model, arr)
-        else:
-            langs, conf = identify(arr)
+            return self._evaluate_fasttext(df)
+        model = langid_model()
+        best, conf = identify_partition(df)
+        labels = seam.label_column(df, np.asarray(best, dtype=np.int64) + 1, model.classes)
+        scores = seam.like(df, pd.DataFrame({LANGUAGE_SCORE: np.asarray(conf, np.float32)}))
+        out = df.assign(**{LANGUAGE: labels, LANGUAGE_SCORE: scores[LANGUAGE_SCORE]})
+        not_kept = None
+        if self.keep is not None:
+            kept = [i for i, c in enumerate(model.classes) if c in set(self.keep)]
+            not_kept = ~np.isin(best, kept)
+        low = conf < self.min_score if self.min_score is not None else None
+        counts = np.bincount(best, minlength=len(model.classes))
+        counters = {f"language:{model.classes[k]}": int(v) for k, v in enumerate(counts) if v}
+        return first_failure([not_kept, low], len(df)), out, counters
+
+    def _evaluate_fasttext(self, df):
+        arr = text_array(df[TEXT]).fill_null("")
+        langs, conf = identify_fasttext(self.fasttext_model, arr)
         out = df.assign(**{LANGUAGE: string_series(langs, df.index),
                            LANGUAGE_SCORE: pd.Series(conf, index=df.index, dtype="float32")})
         not_kept = None
