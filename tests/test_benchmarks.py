@@ -38,7 +38,8 @@ def test_bench_gpu_runs_in_the_simulator():
     report = json.loads(r.stdout)
     assert report["documents"] == 4
     assert {k: v["mismatches"] for k, v in report["kernels"].items()} == {
-        "count_chars_words": 0, "normalize_quick_check": 0, "text_cleanup": 0, "word_tokens": 0, "gopher_quality": 0,
+        "count_chars_words": 0, "normalize_quick_check": 0, "text_cleanup": 0, "substrings": 0,
+        "word_tokens": 0, "gopher_quality": 0,
         "gopher_repetition": 0, "fineweb_quality": 0, "c4_quality": 0, "xxh64": 0,
         "minhash_chars": 0, "minhash_words": 0, "language_id": 0,
         "langid_prepare_check": 0}

@@ -160,6 +160,8 @@ def _c4(result) -> tuple:
     return codes, Text(text, offsets), counts
 
 
+SYMBOLS = ("#", "...", "…", "*")
+
 CLEAN_OPTIONS = ({"newlines": True, "remove_control": True, "unicode_spaces": True,
                   "collapse_spaces": False, "strip_lines": True, "max_blank_lines": 2,
                   "strip": True},
@@ -202,6 +204,9 @@ CHECKS: tuple[Check, ...] = (
                      _gpu().needs_normalization(s.offsets, s.data, "NFKC"))),
     Check("text_cleanup", "normalize_text (line endings, controls, spaces, blank lines, trim)",
           lambda s: _clean(clean.clean_text, s), lambda s: _clean(_gpu().clean_text, s)),
+    Check("substrings", "symbol_ratio_filter (occurrences of '#', '...', '…', '*')",
+          lambda s: (utf8.count_substrings(s.offsets, s.data, SYMBOLS),),
+          lambda s: (_gpu().count_substrings(s.offsets, s.data, SYMBOLS),)),
     Check("word_tokens", "word_count_filter (tokens, words)",
           lambda s: (words.count_tokens(s.offsets, s.data, False),
                      words.count_tokens(s.offsets, s.data, True)),

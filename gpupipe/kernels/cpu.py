@@ -13,11 +13,12 @@ from gpupipe.kernels.langid import langid_needs_prepare, langid_scores
 from gpupipe.kernels.normalize import needs_normalization
 from gpupipe.kernels.quality import c4_rewrite, fineweb_features, gopher_quality_features
 from gpupipe.kernels.repetition import gopher_repetition_features
-from gpupipe.kernels.utf8 import count_chars, count_words
+from gpupipe.kernels.utf8 import count_chars, count_substrings, count_words
 from gpupipe.kernels.words import count_tokens
 
 #: every launcher; `gpupipe.kernels.gpu` has each of them (tested)
-__all__ = ["c4_rewrite", "clean_text", "count_chars", "count_tokens", "count_words", "fineweb_features",
+__all__ = ["c4_rewrite", "clean_text", "count_chars", "count_substrings", "count_tokens",
+           "count_words", "fineweb_features",
            "gopher_quality_features", "gopher_repetition_features", "langid_identify",
            "langid_needs_prepare",
            "langid_scores", "minhash", "minhash_ngrams", "needs_normalization", "xxh64_strings"]

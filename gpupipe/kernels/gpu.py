@@ -392,6 +392,20 @@ def count_words(offsets, data) -> np.ndarray:
 
 
 @cuda.jit
+def _count_substrings_kernel(offsets, data, pat, pat_off, out):
+    d = cuda.grid(1)
+    if d < out.shape[0]:
+        out[d] = utf8.count_substrings_doc(data, offsets[d], offsets[d + 1], pat, pat_off)
+
+
+def count_substrings(offsets, data, patterns) -> np.ndarray:
+    """`gpupipe.kernels.utf8.count_substrings` on the GPU."""
+    pat, pat_off = utf8.pattern_bytes(patterns)
+    return _one_per_doc(_count_substrings_kernel, np.int64, offsets, data, to_device(pat),
+                        to_device(pat_off))
+
+
+@cuda.jit
 def _langid_prepare_kernel(offsets, data, table, out):
     d = cuda.grid(1)
     if d < out.shape[0]:

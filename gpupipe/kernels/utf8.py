@@ -149,6 +149,55 @@ def count_words(offsets, data) -> np.ndarray:
     return _count_words_cpu(offsets, data, np.empty(len(offsets) - 1, dtype=np.int64))
 
 
+# --------------------------------------------------------------------------- substrings
+
+def pattern_bytes(patterns) -> tuple[np.ndarray, np.ndarray]:
+    """``(UTF-8 bytes, int64 offsets)`` of a list of strings (substrings to count)."""
+    raw = [p.encode("utf-8") for p in patterns]
+    offsets = np.zeros(len(raw) + 1, np.int64)
+    np.cumsum([len(r) for r in raw], out=offsets[1:])
+    data = np.frombuffer(b"".join(raw), dtype=np.uint8).copy() if raw else np.zeros(0, np.uint8)
+    return (data if data.size else np.zeros(1, np.uint8)), offsets
+
+
+@device
+def count_substrings_doc(data, start, end, pat, pat_off):
+    """Occurrences of every pattern in ``data[start:end]``, summed; each pattern counted left
+    to right without overlaps (Arrow's ``count_substring``). UTF-8 is self-synchronising, so
+    comparing bytes is comparing characters."""
+    total = 0
+    for p in range(pat_off.shape[0] - 1):
+        a = pat_off[p]
+        m = pat_off[p + 1] - a
+        if m == 0:
+            continue
+        i = start
+        while i + m <= end:
+            j = 0
+            while j < m and data[i + j] == pat[a + j]:
+                j += 1
+            if j == m:
+                total += 1
+                i += m
+            else:
+                i += 1
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_substrings_cpu(offsets, data, pat, pat_off, out):
+    for d in range(out.shape[0]):
+        out[d] = count_substrings_doc(data, offsets[d], offsets[d + 1], pat, pat_off)
+    return out
+
+
+def count_substrings(offsets, data, patterns) -> np.ndarray:
+    """int64 per string: non-overlapping occurrences of each of ``patterns``, summed."""
+    pat, pat_off = pattern_bytes(patterns)
+    return _count_substrings_cpu(offsets, data, pat, pat_off,
+                                 np.empty(len(offsets) - 1, dtype=np.int64))
+
+
 # --------------------------------------------------------------------------- dedup shingle words
 
 @functools.cache

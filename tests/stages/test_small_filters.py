@@ -53,6 +53,39 @@ def test_symbol_ratio():
     assert SymbolRatioFilter().process(frame(["", "###"])).frame["text"].tolist() == [""]
     # non-overlapping counts, like str.count
     assert SymbolRatioFilter(symbols=("..",), max_ratio=0.5).process(frame(["a b ...."])).drops
+SUBSTRINGS = st.lists(st.text(st.sampled_from(list("#.…*ab é\n")), max_size=30), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(SUBSTRINGS, st.lists(st.text(st.sampled_from(list("#.…*é")), min_size=1, max_size=3),
+                            min_size=1, max_size=4))
+def test_count_substrings_is_arrows_count_substring(texts, patterns):
+    """The kernel symbol_ratio_filter counts with (on either backend) against Arrow's
+    ``count_substring``, summed over the patterns: left to right, no overlaps."""
+    import pyarrow.compute as pc
+
+    from gpupipe.kernels.utf8 import count_substrings, utf8_buffers
+
+    arr = pa.array(texts, pa.large_string())
+    want = np.zeros(len(texts), np.int64)
+    for p in patterns:
+        want += pc.count_substring(arr, p).to_numpy(zero_copy_only=False)
+    assert count_substrings(*utf8_buffers(arr), patterns).tolist() == want.tolist()
+
+
+def test_symbol_ratio_on_the_corpus_counts_like_arrow(sample_records):
+    import pyarrow.compute as pc
+
+    from gpupipe.kernels.utf8 import count_substrings, utf8_buffers
+
+    arr = pa.array([r["text"] for r in sample_records], pa.large_string())
+    symbols = ("#", "...", "…", "•", "*")
+    want = sum(pc.count_substring(arr, p).to_numpy(zero_copy_only=False) for p in symbols)
+    got = count_substrings(*utf8_buffers(arr), symbols)
+    assert got.tolist() == want.tolist() and int(got.sum()) > 100
+    assert SymbolRatioFilter.backends == ("pandas", "cudf")
+
+
 
 
 def test_regex_filter_drop_keep_and_case():

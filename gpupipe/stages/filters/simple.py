@@ -57,16 +57,15 @@ class SymbolRatioFilter(Filter):
     ``str.count``, without overlaps)."""
 
     reasons: ClassVar[tuple[str, ...]] = ("too_many_symbols",)
+    kernels: ClassVar[tuple[str, ...]] = ("count_substrings", "count_tokens")
 
     symbols: tuple[Annotated[str, Field(min_length=1)], ...] = ("#", "...", "…")
     max_ratio: Annotated[float, Field(ge=0)] = 0.1
 
     def reason_codes(self, df):
-        arr = text_array(df[TEXT])
-        hits = np.zeros(len(arr), dtype=np.int64)
-        for sym in self.symbols:
-            hits += pc.count_substring(arr, sym).fill_null(0).to_numpy(zero_copy_only=False)
-        words = kernels_for(df).count_tokens(*text_buffers(df[TEXT]), False)
+        kernels, buffers = kernels_for(df), text_buffers(df[TEXT])
+        hits = np.asarray(kernels.count_substrings(*buffers, self.symbols), dtype=np.int64)
+        words = kernels.count_tokens(*buffers, False)
         ratio = np.divide(hits, words, out=np.where(hits > 0, np.inf, 0.0), where=words > 0)
         return first_failure([ratio > self.max_ratio], len(df))
 
