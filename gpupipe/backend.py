@@ -207,6 +207,11 @@ def register_cudf_seam() -> None:
 
         return from_arrow(canonical_arrow(frame.to_arrow(preserve_index=False)))
 
+    @seam.take_text.register(cudf.Series)
+    def _take_text(series, rows):
+        return series.take(np.asarray(rows, dtype=np.int64)).to_arrow().cast(
+            pa.large_string())
+
     @seam.like.register((cudf.DataFrame, cudf.Series))
     def _like(like, frame):
         out = cudf.DataFrame.from_arrow(seam.arrow_table(frame))

@@ -125,6 +125,11 @@ def _like(like, frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+@seam.take_text.register(pd.Series)
+def _take_text(series: pd.Series, rows) -> pa.Array:
+    return text_array(series).take(pa.array(rows, pa.int64()))
+
+
 @seam.filter_rows.register(pd.DataFrame)
 def _filter_rows(frame: pd.DataFrame, keep) -> pd.DataFrame:
     return frame[keep].reset_index(drop=True)

@@ -19,6 +19,8 @@ dispatched, so nothing imports cuDF before a cuDF partition exists.
 * `byte_size(series)`: total UTF-8 bytes of a string column;
 * `to_host(frame)`: the partition as a pandas frame with the canonical dtypes (a copy from the
   device for cuDF);
+* `take_text(series, rows)`: the strings at positions ``rows`` as a host Arrow
+  ``large_string`` array (only those are copied from the device);
 * `like(like, frame)`: a pandas ``frame`` moved to ``like``'s backend (with ``like``'s index
   when the lengths match, so its columns can be assigned to ``like``).
 
@@ -39,9 +41,10 @@ arrow_table = Dispatch("arrow_table")
 byte_size = Dispatch("byte_size")
 to_host = Dispatch("to_host")
 like = Dispatch("like")
+take_text = Dispatch("take_text")
 
 OPERATIONS = (text_buffers, kernels_for, string_column, label_column, filter_rows, arrow_table,
-              byte_size, to_host, like)
+              byte_size, to_host, like, take_text)
 
 
 def _register_cudf() -> None:

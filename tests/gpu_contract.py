@@ -26,6 +26,8 @@ CALLS: list[tuple[str, str, tuple[str, ...], str]] = [
     ("cudf", "Series.ffill", (), "dedup.losers"),
     ("cudf", "Series.astype", (), "dedup.losers"),
     ("cudf", "Series.index", (), "string_column, label_column"),
+    ("cudf", "Series.take", (), "take_text: the rows pii_redact rewrites on the host"),
+    ("cudf", "Series.to_arrow", (), "take_text"),
     ("cudf", "DataFrame", (), "Parquet GPU reader"),
     ("cudf", "DataFrame.from_arrow", (), "to_backend, like"),
     ("cudf", "DataFrame.to_arrow", ("preserve_index",), "arrow_table, to_host"),

@@ -22,7 +22,17 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from gpupipe.kernels import clean, hashing, langid, normalize, quality, repetition, utf8, words
+from gpupipe.kernels import (
+    clean,
+    hashing,
+    langid,
+    normalize,
+    pii,
+    quality,
+    repetition,
+    utf8,
+    words,
+)
 
 STOP_WORDS = ["the", "be", "to", "of", "and", "that", "have", "with"]
 POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
@@ -207,6 +217,9 @@ CHECKS: tuple[Check, ...] = (
     Check("substrings", "symbol_ratio_filter (occurrences of '#', '...', '…', '*')",
           lambda s: (utf8.count_substrings(s.offsets, s.data, SYMBOLS),),
           lambda s: (_gpu().count_substrings(s.offsets, s.data, SYMBOLS),)),
+    Check("pii_prefilter", "pii_redact (documents that might hold an entity)",
+          lambda s: (pii.pii_candidates(s.offsets, s.data),),
+          lambda s: (_gpu().pii_candidates(s.offsets, s.data),)),
     Check("word_tokens", "word_count_filter (tokens, words)",
           lambda s: (words.count_tokens(s.offsets, s.data, False),
                      words.count_tokens(s.offsets, s.data, True)),

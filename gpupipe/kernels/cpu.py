@@ -11,6 +11,7 @@ from gpupipe.kernels.hashing import xxh64_strings
 from gpupipe.kernels.langid import langid as langid_identify
 from gpupipe.kernels.langid import langid_needs_prepare, langid_scores
 from gpupipe.kernels.normalize import needs_normalization
+from gpupipe.kernels.pii import pii_candidates
 from gpupipe.kernels.quality import c4_rewrite, fineweb_features, gopher_quality_features
 from gpupipe.kernels.repetition import gopher_repetition_features
 from gpupipe.kernels.utf8 import count_chars, count_substrings, count_words
@@ -21,4 +22,5 @@ __all__ = ["c4_rewrite", "clean_text", "count_chars", "count_substrings", "count
            "count_words", "fineweb_features",
            "gopher_quality_features", "gopher_repetition_features", "langid_identify",
            "langid_needs_prepare",
-           "langid_scores", "minhash", "minhash_ngrams", "needs_normalization", "xxh64_strings"]
+           "langid_scores", "minhash", "minhash_ngrams", "needs_normalization",
+           "pii_candidates", "xxh64_strings"]

@@ -27,7 +27,17 @@ import numpy as np
 from numba import cuda
 
 from gpupipe.charsets import char_table
-from gpupipe.kernels import clean, hashing, langid, normalize, quality, repetition, utf8, words
+from gpupipe.kernels import (
+    clean,
+    hashing,
+    langid,
+    normalize,
+    pii,
+    quality,
+    repetition,
+    utf8,
+    words,
+)
 from gpupipe.kernels.target import SIMULATOR, max_len, register_cuda_mul_rn
 
 if not SIMULATOR:
@@ -403,6 +413,19 @@ def count_substrings(offsets, data, patterns) -> np.ndarray:
     pat, pat_off = utf8.pattern_bytes(patterns)
     return _one_per_doc(_count_substrings_kernel, np.int64, offsets, data, to_device(pat),
                         to_device(pat_off))
+
+
+@cuda.jit
+def _pii_kernel(offsets, data, lit, lit_off, out):
+    d = cuda.grid(1)
+    if d < out.shape[0]:
+        out[d] = pii.pii_candidate_doc(data, offsets[d], offsets[d + 1], lit, lit_off)
+
+
+def pii_candidates(offsets, data) -> np.ndarray:
+    """`gpupipe.kernels.pii.pii_candidates` on the GPU."""
+    lit, lit_off = utf8.pattern_bytes(pii.LITERALS)
+    return _one_per_doc(_pii_kernel, np.bool_, offsets, data, to_device(lit), to_device(lit_off))
 
 
 @cuda.jit

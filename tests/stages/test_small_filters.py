@@ -263,3 +263,54 @@ def test_language_id_with_a_fasttext_model(tmp_path, sample_records):
     assert res.frame["language"].tolist() == ["en"]
     assert res.drops == {"language_not_kept": 2}
     assert 0 < res.frame["language_score"][0] <= 1
+
+
+def pii_reference(texts, kinds=None):
+    """pii_redact without its compiled prefilter: every document through the candidate scans
+    and validators (what the stage did before the prefilter)."""
+    import pyarrow.compute as pc
+
+    from gpupipe.stages.transforms.pii import CANDIDATES, DEFAULT_TOKENS, ENTITIES, redact
+
+    arr = pa.array(texts, pa.large_string())
+    kinds = [k for k in ENTITIES if kinds is None or k in kinds]
+    counts: dict[str, int] = {}
+    out = []
+    for i, text in enumerate(texts):
+        hit = [k for k in kinds if pc.match_substring_regex(
+            arr.slice(i, 1), CANDIDATES.get(k, ENTITIES[k][0])).to_pylist()[0]]
+        out.append(redact(text, hit, DEFAULT_TOKENS, counts) if hit else text)
+    return out, {f"redacted:{k}": v for k, v in counts.items() if v}
+
+
+PII_PIECES = st.sampled_from(
+    list("0123456789.-:()+@ abcdefxyzABCDEFGKIS_\n")
+    + ["AKIA", "ghp_", "xoxb-", "GB82", "-----BEGIN ", ".com", "::", "a@b.org", "10.0.0.1",
+       "4111-1111-1111-1111", "+1 (555) 123-4567", "555-867-5309", "078-05-1120",
+       "2001:db8::1", "fe80::1", "GB82 WEST 1234 5698 7654 32", "AKIAIOSFODNN7EXAMPLE",
+       "12:30:45", "1.2.3.4.5", "ab:cd::ef"])
+PII_TEXT = st.lists(st.lists(PII_PIECES, max_size=30).map("".join), min_size=1, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(PII_TEXT)
+def test_the_pii_prefilter_never_clears_a_document_with_something_to_redact(texts):
+    from gpupipe.kernels.pii import pii_candidates
+    from gpupipe.kernels.utf8 import utf8_buffers
+
+    want, _ = pii_reference(texts)
+    flagged = pii_candidates(*utf8_buffers(pa.array(texts, pa.large_string())))
+    for text, new, flag in zip(texts, want, flagged):
+        assert flag or new == text, text
+
+
+def test_pii_with_the_prefilter_equals_the_full_scan(sample_records):
+    texts = ([r["text"] for r in sample_records] + [t for t, _, _ in POSITIVES] + NEGATIVES
+             + ["mixed: a@b.org 10.0.0.1 4111-1111-1111-1111 +1 (555) 123-4567 GB82 WEST "
+                "1234 5698 7654 32 078-05-1120 2001:db8::1 fe80::1"])
+    res = PiiRedact().process(frame(texts))
+    want, counters = pii_reference(texts)
+    assert res.frame["text"].tolist() == want
+    changed = sum(a != b for a, b in zip(texts, want))
+    assert res.counters == {**counters, "documents_redacted": changed}
+    assert changed >= len(POSITIVES) and PiiRedact.backends == ("pandas", "cudf")

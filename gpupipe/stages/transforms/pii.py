@@ -2,9 +2,10 @@
 
 Each entity kind is a pattern, and for most kinds a validator that a match must pass (Luhn for
 card numbers, mod-97 for IBANs, ``ipaddress`` for IPs, the SSA's rules for SSNs, digit counts for
-phone numbers). The patterns run first as one vectorised RE2 scan per kind over the whole
-partition (Arrow ``match_substring_regex``); only the documents with a candidate are rewritten,
-match by match, with the validators. Patterns are written in the syntax RE2 and Python share.
+phone numbers). A compiled prefilter (`gpupipe.kernels.pii`, the same source on the GPU) first clears every
+document with nothing a pattern could redact; the patterns then run as one vectorised RE2 scan
+per kind over the remaining documents (Arrow ``match_substring_regex``), and only those with a
+candidate are rewritten, match by match, with the validators. Patterns are written in the syntax RE2 and Python share.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpupipe.frame import TEXT, string_series, text_array
+from gpupipe.frame import TEXT
+from gpupipe.kernels.utf8 import utf8_buffers
+from gpupipe.seam import kernels_for, string_column, take_text, text_buffers
 from gpupipe.stages.base import Transform, stage
 
 Kind = Literal["private_key", "secret_key", "email", "iban", "credit_card", "us_ssn", "phone",
@@ -190,6 +193,7 @@ class PiiRedact(Transform):
     """
 
     reasons: ClassVar[tuple[str, ...]] = ()
+    kernels: ClassVar[tuple[str, ...]] = ("pii_candidates",)
 
     entities: tuple[Kind, ...] = tuple(ENTITIES)
     #: replacement token per kind (others keep their default, e.g. ``<EMAIL>``)
@@ -202,7 +206,13 @@ class PiiRedact(Transform):
     def transform(self, df):
         from gpupipe.stages.base import StageResult
 
-        arr = text_array(df[TEXT])
+        # a compiled prefilter (on the GPU for cuDF) clears the documents with nothing to
+        # redact; the candidate scans, validators and rewriting see only the rest, on the host
+        kernels, (offsets, data) = kernels_for(df), text_buffers(df[TEXT])
+        rows = np.flatnonzero(kernels.pii_candidates(offsets, data))
+        if not len(rows):
+            return StageResult(df)
+        arr = take_text(df[TEXT], rows)
         kinds = [k for k in ENTITIES if k in self.entities]
         hits = np.zeros((len(kinds), len(arr)), dtype=bool)
         for j, kind in enumerate(kinds):
@@ -210,22 +220,22 @@ class PiiRedact(Transform):
             hits[j] = pc.match_substring_regex(arr, pattern).fill_null(False).to_numpy(
                 zero_copy_only=False)
         counts: dict[str, int] = {}
-        rows = np.flatnonzero(hits.any(axis=0))
-        documents = 0
-        if len(rows):
-            texts = arr.take(pa.array(rows)).to_pylist()
-            tokens = self.replacements
-            new = [redact(t, [k for j, k in enumerate(kinds) if hits[j, r]], tokens, counts)
-                   for t, r in zip(texts, rows)]
-            documents = sum(a != b for a, b in zip(texts, new))
-            changed = np.zeros(len(arr), dtype=np.int64)
-            changed[rows] = np.arange(1, len(rows) + 1)
-            # rebuild the column: unchanged rows from the original, candidates from `new`
-            merged = pa.concat_arrays([arr, pa.array(new, type=pa.large_string())])
-            index = np.where(changed > 0, len(arr) + changed - 1, np.arange(len(arr)))
-            arr = merged.take(pa.array(index))
-            df = df.assign(**{TEXT: string_series(arr, df.index)})
+        tokens = self.replacements
+        texts = arr.to_pylist()
+        new = {}
+        for i in np.flatnonzero(hits.any(axis=0)):
+            text = redact(texts[i], [k for j, k in enumerate(kinds) if hits[j, i]], tokens,
+                          counts)
+            if text != texts[i]:
+                new[int(rows[i])] = text
         counters = {f"redacted:{k}": v for k, v in counts.items() if v}
-        if documents:
-            counters["documents_redacted"] = documents
-        return StageResult(df, counters=counters)
+        if not new:
+            return StageResult(df, counters=counters)
+        counters["documents_redacted"] = len(new)
+        # the rewritten documents at their positions, every other row kept from the column
+        keep = np.zeros(len(df), dtype=bool)
+        keep[list(new)] = True
+        full = pa.array([new.get(r, "") for r in range(len(df))], type=pa.large_string())
+        out_offsets, out_data = utf8_buffers(full)
+        column = string_column(df[TEXT], out_offsets, out_data, keep=keep)
+        return StageResult(df.assign(**{TEXT: column}), counters=counters)
