@@ -34,6 +34,18 @@ def utf8_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarra
     return offsets, data
 
 
+def scatter_buffers(n: int, rows, strings) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, data)`` of ``n`` strings: ``strings[k]`` at position ``rows[k]`` (increasing),
+    empty elsewhere. With `gpupipe.seam.string_column`'s ``keep`` it writes a few rewritten
+    rows back into a column without touching the others."""
+    off, data = utf8_buffers(strings)
+    lens = np.zeros(n, np.int64)
+    lens[np.asarray(rows, dtype=np.int64)] = np.diff(off)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return offsets, data
+
+
 @device(inline=True)
 def decode(data, i):
     """(code point, byte length) of the UTF-8 character starting at ``data[i]``."""

@@ -76,7 +76,8 @@ def test_cudf_half_registers_against_the_installed_cudf():
     for op, cls in ((seam.text_buffers, cudf.Series), (seam.string_column, cudf.Series),
                     (seam.label_column, cudf.DataFrame), (seam.filter_rows, cudf.DataFrame),
                     (seam.arrow_table, cudf.DataFrame), (seam.byte_size, cudf.Series),
-                    (seam.to_host, cudf.DataFrame), (seam.like, cudf.DataFrame)):
+                    (seam.to_host, cudf.DataFrame), (seam.like, cudf.DataFrame),
+                    (seam.take_text, cudf.Series)):
         assert op.dispatch(cls).__module__ == "gpupipe.backend"
     assert "mode" not in inspect.signature(cudf.Series.to_pylibcudf).parameters
 
@@ -126,3 +127,22 @@ def test_language_id_runs_on_cudf_unless_a_fasttext_model_is_given(tmp_path):
     assert LanguageId().runs_on("cudf") == "cudf"
     assert LanguageId(fasttext_model=str(model)).runs_on("cudf") == "pandas"
     assert LanguageId(fasttext_model=str(model)).runs_on("pandas") == "pandas"
+
+
+def test_a_few_rewritten_rows_go_back_into_the_column(sample_records):
+    """`scatter_buffers` + `string_column(keep=...)`: what pii_redact and language_id use to
+    write back only the rows they rewrote on the host."""
+    import pyarrow as pa
+
+    from gpupipe.kernels.utf8 import scatter_buffers
+
+    texts = [r["text"] for r in sample_records[:30]]
+    df = _frame(texts)
+    rows = [2, 17, 29]
+    new = pa.array(["two", "", "twenty-nine é"], pa.large_string())
+    keep = np.zeros(30, bool)
+    keep[rows] = True
+    out = seam.string_column(df["text"], *scatter_buffers(30, rows, new), keep=keep)
+    want = list(texts)
+    want[2], want[17], want[29] = "two", "", "twenty-nine é"
+    assert out.tolist() == want

@@ -25,7 +25,7 @@ from gpupipe import seam
 from gpupipe.errors import BackendUnavailableError
 from gpupipe.frame import TEXT, string_series, text_array
 from gpupipe.kernels.langid import langid, langid_model, prepare
-from gpupipe.kernels.utf8 import utf8_buffers
+from gpupipe.kernels.utf8 import scatter_buffers, utf8_buffers
 from gpupipe.stages.base import Filter, first_failure, stage
 
 LANGUAGE = "language"
@@ -45,10 +45,11 @@ def identify_partition(df) -> tuple[np.ndarray, np.ndarray]:
     NFC, or without an ASCII lower-case letter) are prepared on the host first."""
     kernels, (offsets, data) = seam.kernels_for(df), seam.text_buffers(df[TEXT])
     need = np.asarray(kernels.langid_needs_prepare(offsets, data))
-    if need.any():
-        host = text_array(seam.to_host(df[[TEXT]])[TEXT])
-        done = prepare(host.take(pa.array(np.flatnonzero(need)))).cast(pa.large_string())
-        offsets, data = utf8_buffers(pc.replace_with_mask(host, pa.array(need), done))
+    if need.any():  # only those rows leave the device, and come back prepared
+        rows = np.flatnonzero(need)
+        done = prepare(seam.take_text(df[TEXT], rows)).cast(pa.large_string())
+        text = seam.string_column(df[TEXT], *scatter_buffers(len(df), rows, done), keep=need)
+        offsets, data = seam.text_buffers(text)
     return kernels.langid_identify(offsets, data, langid_model())
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpupipe.frame import TEXT
-from gpupipe.kernels.utf8 import utf8_buffers
+from gpupipe.kernels.utf8 import scatter_buffers
 from gpupipe.seam import kernels_for, string_column, take_text, text_buffers
 from gpupipe.stages.base import Transform, stage
 
@@ -233,9 +233,9 @@ class PiiRedact(Transform):
             return StageResult(df, counters=counters)
         counters["documents_redacted"] = len(new)
         # the rewritten documents at their positions, every other row kept from the column
+        where = sorted(new)
         keep = np.zeros(len(df), dtype=bool)
-        keep[list(new)] = True
-        full = pa.array([new.get(r, "") for r in range(len(df))], type=pa.large_string())
-        out_offsets, out_data = utf8_buffers(full)
-        column = string_column(df[TEXT], out_offsets, out_data, keep=keep)
+        keep[where] = True
+        texts_new = pa.array([new[r] for r in where], type=pa.large_string())
+        column = string_column(df[TEXT], *scatter_buffers(len(df), where, texts_new), keep=keep)
         return StageResult(df.assign(**{TEXT: column}), counters=counters)
