@@ -117,8 +117,7 @@ def _read_parquet_on_gpu(source, i: int):
         schema = pq.read_schema(path)
     except Exception:  # the host reader names the corrupt file
         return None
-    wanted = list(dict.fromkeys([source.text_column, *([source.id_column] if source.id_column
-                                                         else []), *source.columns]))
+    wanted = source.wanted_columns()
     strings = [source.text_column, *([source.id_column] if source.id_column else [])]
     if any(c not in schema.names for c in wanted) or not all(
             pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(
@@ -131,9 +130,7 @@ def _read_parquet_on_gpu(source, i: int):
     if any(table[c].isna().any() for c in strings):
         return None  # the host reader sets the rows aside with their row numbers
     if source.id_column is None:
-        prefix = os.path.relpath(os.path.abspath(path), source.root).replace(os.sep, "/") + ":"
-        ids = cudf.Series.from_arrow(pa.array(
-            [f"{prefix}{k}" for k in range(1, len(table) + 1)], pa.large_string()))
+        ids = cudf.Series.from_arrow(source.derived_ids(path, len(table)))
     else:
         ids = table[source.id_column]
     frame = cudf.DataFrame({ID: ids.reset_index(drop=True),
@@ -203,9 +200,9 @@ def register_cudf_seam() -> None:
 
     @seam.to_host.register(cudf.DataFrame)
     def _to_host(frame):
-        from gpupipe.frame import canonical_arrow, from_arrow
+        from gpupipe.frame import from_arrow
 
-        return from_arrow(canonical_arrow(frame.to_arrow(preserve_index=False)))
+        return from_arrow(_arrow_table(frame))
 
     @seam.take_text.register(cudf.Series)
     def _take_text(series, rows):

@@ -48,6 +48,12 @@ def common_root(paths: list[str]) -> str:
     return os.path.commonpath(dirs)
 
 
+def derived_id_prefix(path: str, root: str) -> str:
+    """``<path relative to root>:``, the prefix of the ids derived for a file without an id
+    column (``<file>:<line>``, ``<file>:<row>``)."""
+    return os.path.relpath(os.path.abspath(path), root).replace(os.sep, "/") + ":"
+
+
 def compression_of(path: str) -> str | None:
     name = path.lower()
     if name.endswith(".gz"):

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from gpupipe.frame import ID, STRING, TEXT, empty_frame, from_arrow, utf8_bytes
-from gpupipe.io.files import compression_of, read_bytes
+from gpupipe.io.files import compression_of, derived_id_prefix, read_bytes
 from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonl.gz", ".json.gz", ".ndjson.gz",
@@ -119,7 +119,7 @@ class JsonlSource:
         return empty_frame()
 
     def derived_id_prefix(self, path: str) -> str:
-        return os.path.relpath(os.path.abspath(path), self.root).replace(os.sep, "/") + ":"
+        return derived_id_prefix(path, self.root)
 
     def read(self, i: int) -> ReadResult:
         path, start, end = self._block(i)

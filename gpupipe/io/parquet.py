@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpupipe.frame import ID, TEXT, empty_frame, from_arrow
+from gpupipe.io.files import derived_id_prefix
 from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -41,21 +42,31 @@ class ParquetSource:
         return from_arrow(pa.table({ID: pa.array([], pa.string()), TEXT: pa.array([], pa.string()),
                                     **{c: pa.array([], t) for c, t in extra.items()}}))
 
+    def wanted_columns(self) -> list[str]:
+        """The file's columns a read takes: text, id (when configured), carried columns."""
+        return list(dict.fromkeys([self.text_column, *([self.id_column] if self.id_column
+                                                       else []), *self.columns]))
+
+    def derived_ids(self, path: str, n: int) -> pa.Array:
+        """``<file>:<row>`` ids (rows from 1) for a file without an id column."""
+        rows = pa.array(range(1, n + 1), pa.int64()).cast(pa.string())
+        return pc.binary_join_element_wise(derived_id_prefix(path, self.root), rows, "")
+
     def read(self, i: int) -> ReadResult:
         path = self.files[i]
         rejections = Rejections(self.on_error, FAIL_HINT)
         stats = {"files": 1, "compressed_bytes": os.path.getsize(path), "bytes": 0,
                  "files_corrupt": 0, "blank_lines": 0, "text_bytes": 0}
-        wanted = [self.text_column] + ([self.id_column] if self.id_column else []) + list(self.columns)
+        wanted = self.wanted_columns()
         try:
             schema = pq.read_schema(path)
-            missing = [c for c in dict.fromkeys(wanted) if c not in schema.names]
+            missing = [c for c in wanted if c not in schema.names]
             if missing:
                 rejections.add(path, None, "missing_text" if self.text_column in missing else "missing_id",
                                f"column(s) {missing} not in the file (columns: {schema.names[:12]}); "
                                f"set input.text_column / input.id_column")
                 return self._empty(stats, rejections)
-            table = pq.read_table(path, columns=list(dict.fromkeys(wanted)))
+            table = pq.read_table(path, columns=wanted)
         except (pa.ArrowInvalid, OSError) as e:
             rejections.add(path, None, "corrupt_file", f"cannot read Parquet ({e})")
             stats["files_corrupt"] = 1
@@ -66,9 +77,7 @@ class ParquetSource:
                            f"column {self.text_column!r} has type {text.type}, not string")
             return self._empty(stats, rejections)
         if self.id_column is None:
-            prefix = os.path.relpath(os.path.abspath(path), self.root).replace(os.sep, "/") + ":"
-            rows = pa.array(range(1, table.num_rows + 1), pa.int64()).cast(pa.string())
-            ids = pc.binary_join_element_wise(prefix, rows, "")
+            ids = self.derived_ids(path, table.num_rows)
         else:
             ids = table.column(self.id_column).cast(pa.string())
         out = pa.table({ID: ids, TEXT: text, **{c: table.column(c) for c in self.columns}})

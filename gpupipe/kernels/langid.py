@@ -18,8 +18,8 @@ import numba
 import numpy as np
 
 from gpupipe.errors import BackendUnavailableError
+from gpupipe.kernels.normalize import needs_normalization_doc, stable_table
 from gpupipe.kernels.target import device, max_len, mul_rn, table_mask, table_size
-from gpupipe.kernels.utf8 import decode
 
 __all__ = ["LangidModel", "langid", "langid_model", "langid_needs_prepare", "langid_pick",
            "langid_scores", "log1p_table", "pick", "prepare"]
@@ -178,23 +178,15 @@ def langid(offsets, data, model: LangidModel | None = None) -> tuple[np.ndarray,
 
 @device
 def needs_prepare_doc(data, start, end, table):
-    """Whether `prepare` might change ``data[start:end]``: it holds a code point NFC might
-    change (``table``: `normalize.stable_table("NFC")`), or no ASCII lower-case letter (so it
+    """Whether `prepare` might change ``data[start:end]``: the NFC quick check cannot clear it
+    (``table``: `normalize.stable_table("NFC")`), or it has no ASCII lower-case letter (so it
     might be all upper case). A text with an ASCII lower-case letter is never all upper case."""
-    lower = False
-    i = start
-    while i < end:
-        b = data[i]
-        if b < 0x80:
-            if 97 <= b <= 122:
-                lower = True
-            i += 1
-            continue
-        cp, step = decode(data, i)
-        i += step
-        if cp >= table.shape[0] or not table[cp]:
-            return True
-    return not lower
+    if needs_normalization_doc(data, start, end, table):
+        return True
+    for i in range(start, end):  # usually stops at the first few bytes
+        if 97 <= data[i] <= 122:
+            return False
+    return True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -207,8 +199,6 @@ def _needs_prepare_cpu(offsets, data, table, out):
 def langid_needs_prepare(offsets, data) -> np.ndarray:
     """Per string: whether `prepare` might change it (never a false "no"). Only those strings
     go to the host; the scores of the rest are computed where the text is."""
-    from gpupipe.kernels.normalize import stable_table
-
     return _needs_prepare_cpu(offsets, data, stable_table("NFC"),
                               np.empty(len(offsets) - 1, dtype=np.bool_))
 
