@@ -1,18 +1,21 @@
 #!/usr/bin/env python
 """Fuzzy dedup: gpupipe vs datatrove's four MinHash stages on the same documents. Prints JSON.
 
-    python benchmarks/bench_dedup.py [--workers 2] [--near 300] [--memory-scales 1 2 4]
+    python benchmarks/bench_dedup.py [--workers 2] [--near 300] [--scales 1 10]
+                                     [--memory-scales 1 2 4]
 
 Corpus: every sample document of 50+ words, plus ``--near`` planted near-copies (1-5% of the
 words replaced) — ground truth for recall / precision. Both tools use word 5-grams and
 14 bands x 8 rows (datatrove's defaults; gpupipe's ``datatrove`` preset).
 
 * signatures: MinHash throughput of gpupipe's kernels in this process (MB/s), both presets;
-* end to end: gpupipe's fuzzy_dedup pipeline on a local Dask cluster (warm) vs datatrove's
-  MinhashDedupSignature -> Buckets -> Cluster -> Filter with LocalPipelineExecutor, same
-  number of workers; ratio = datatrove seconds / gpupipe seconds;
-* components on the cluster: the same end to end with ``components: dask`` (for candidate graphs
-  too large for the client): time ratio and whether the removals are identical;
+* end to end, for each ``--scales`` factor (1 = the corpus, 10 = ten times as many documents,
+  the copies with their words shuffled so they are new documents, not duplicates): gpupipe's
+  fuzzy_dedup pipeline on a local Dask cluster (warm) vs datatrove's MinhashDedupSignature ->
+  Buckets -> Cluster -> Filter with LocalPipelineExecutor, same number of workers;
+  ratio = datatrove seconds / gpupipe seconds. gpupipe runs with its default (candidate pairs
+  verified by signature agreement) and with ``verify: off`` / ``jaccard``, with the seconds of
+  each step;
 * memory: RSS per Dask worker before the run (libraries) and at its peak, for 1x, 2x, 4x, ...
   the data (copies with words shuffled, so they are new documents, not duplicates).
 
@@ -52,6 +55,19 @@ def corpus(n_near: int, seed: int = 0):
     return rows, near
 
 
+def scaled(rows, k: int):
+    """The rows plus ``k - 1`` copies of each with its words shuffled (new documents, no
+    near-duplicates of the originals)."""
+    rng = random.Random(k)
+    out = list(rows)
+    for c in range(1, k):
+        for r in rows:
+            w = r["text"].split()
+            rng.shuffle(w)
+            out.append({"id": f"{r['id']}~x{c}", "text": " ".join(w)})
+    return out
+
+
 def write_files(rows, d: Path, n_files: int = 4):
     d.mkdir(parents=True, exist_ok=True)
     for k in range(n_files):
@@ -69,7 +85,7 @@ def quality(removed: set[str], near, all_ids) -> dict:
             "precision": round(len(removed & planted) / max(1, len(removed)), 3)}
 
 
-def run_gpupipe(inp: Path, out: Path, workers: int, components: str = "auto"):
+def run_gpupipe(inp: Path, out: Path, workers: int, verify: str = "signature"):
     import pandas as pd
     from distributed import Client, LocalCluster
 
@@ -79,15 +95,16 @@ def run_gpupipe(inp: Path, out: Path, workers: int, components: str = "auto"):
 
     pipe = gp.Pipeline(input={"path": str(inp), "id_column": "id"},
                        output={"path": str(out), "overwrite": True},
-                       stages=[FuzzyDedup(preset="datatrove", components=components)])
+                       stages=[FuzzyDedup(preset="datatrove", verify=verify)])
     with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0",
                       silence_logs=50, env=worker_env(1)) as cluster, Client(cluster) as client:
         pipe.run(client=client, progress=False)  # warm-up: compiled kernels load per worker
         t0 = time.perf_counter()
-        pipe.run(client=client, progress=False)
+        res = pipe.run(client=client, progress=False)
         seconds = time.perf_counter() - t0
     removed = set(pd.read_parquet(out / "dedup" / "duplicates.parquet")["id"])
-    return seconds, removed
+    steps = {s["step"]: s["seconds"] for s in res.stage("fuzzy_dedup")["steps"]}
+    return seconds, removed, steps
 
 
 def run_datatrove(inp: Path, work: Path, workers: int):
@@ -175,6 +192,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--near", type=int, default=300)
+    ap.add_argument("--scales", type=int, nargs="*", default=[1, 10])
     ap.add_argument("--memory-scales", type=int, nargs="*", default=[1, 2, 4])
     args = ap.parse_args()
     rows, near = corpus(args.near)
@@ -202,42 +220,41 @@ def main() -> int:
         sig[preset] = {"MB_per_s": round(mb / t, 2), "docs_per_s": round(len(rows) / t),
                        "num_hashes": cfg["num_hashes"]}
     report["signatures_in_process"] = sig
+    try:
+        import datatrove  # noqa: F401
+    except ImportError:
+        datatrove = None
+        report["datatrove"] = "not installed (see the docstring)"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        write_files(rows, tmp / "in")
-        ids = {r["id"] for r in rows}
-        t_gp, removed_gp = run_gpupipe(tmp / "in", tmp / "gp", args.workers)
-        report["gpupipe"] = {"seconds": round(t_gp, 3), "MB_per_s": round(mb / t_gp, 2),
-                             **quality(removed_gp, near, ids)}
-        # the same with connected components on the cluster instead of scipy on the client
-        t_cc, removed_cc = run_gpupipe(tmp / "in", tmp / "gp-dask", args.workers, "dask")
-        report["gpupipe_components_on_dask"] = {
-            "seconds": round(t_cc, 3), "same_removals": removed_cc == removed_gp,
-            "slowdown_vs_client_components": round(t_cc / t_gp, 2)}
-        try:
-            import datatrove  # noqa: F401
-        except ImportError:
-            report["datatrove"] = "not installed (see the docstring)"
-        else:
-            t_dt, removed_dt = run_datatrove(tmp / "in", tmp / "dt", args.workers)
-            report["datatrove"] = {"seconds": round(t_dt, 3), "MB_per_s": round(mb / t_dt, 2),
-                                   **quality(removed_dt, near, ids),
-                                   "version": datatrove.__version__ if hasattr(
-                                       datatrove, "__version__") else "0.10"}
-            report["speedup_vs_datatrove"] = round(t_dt / t_gp, 2)
+        for k in args.scales:
+            rows_k = scaled(rows, k)
+            mb_k = sum(len(r["text"].encode()) for r in rows_k) / 1e6
+            d = tmp / f"x{k}"
+            write_files(rows_k, d / "in", n_files=4 * k)
+            ids = {r["id"] for r in rows_k}
+            entry = {"docs": len(rows_k), "text_MB": round(mb_k, 2)}
+            for verify in ("signature", "off", "jaccard"):
+                t_gp, removed_gp, steps = run_gpupipe(d / "in", d / "gp", args.workers, verify)
+                entry[f"gpupipe_verify_{verify}"] = {
+                    "seconds": round(t_gp, 3), "MB_per_s": round(mb_k / t_gp, 2),
+                    "docs_per_s": round(len(rows_k) / t_gp), **quality(removed_gp, near, ids),
+                    "step_seconds": steps}
+            if datatrove is not None:
+                t_dt, removed_dt = run_datatrove(d / "in", d / "dt", args.workers)
+                entry["datatrove"] = {"seconds": round(t_dt, 3), "MB_per_s": round(mb_k / t_dt, 2),
+                                      "docs_per_s": round(len(rows_k) / t_dt),
+                                      **quality(removed_dt, near, ids)}
+                entry["speedup_vs_datatrove"] = round(
+                    t_dt / entry["gpupipe_verify_signature"]["seconds"], 2)
+            report[f"end_to_end_{k}x"] = entry
         mem = {}
         for k in args.memory_scales:
-            rng = random.Random(k)
-            scaled = list(rows)
-            for c in range(1, k):
-                for r in rows:
-                    w = r["text"].split()
-                    rng.shuffle(w)
-                    scaled.append({"id": f"{r['id']}~x{c}", "text": " ".join(w)})
+            rows_k = scaled(rows, k)
             d = tmp / f"mem{k}"
-            write_files(scaled, d / "in", n_files=4 * k)
-            mem[f"{k}x"] = {"docs": len(scaled), "text_MB": round(
-                sum(len(r["text"].encode()) for r in scaled) / 1e6, 1),
+            write_files(rows_k, d / "in", n_files=4 * k)
+            mem[f"{k}x"] = {"docs": len(rows_k), "text_MB": round(
+                sum(len(r["text"].encode()) for r in rows_k) / 1e6, 1),
                 **peak_worker_rss(d / "in", d / "out", args.workers)}
         report["memory"] = mem
     print(json.dumps(report, indent=2))

@@ -81,8 +81,9 @@ class Pipeline(PipelineSpec):
                          ["read checkpoint"]) + [s.describe() for s in seg.stages]
                 lines.append(f"  [{seg.index}] row-local, fused: " + "  →  ".join(steps))
             else:
-                lines.append(f"  [{seg.index}] global (Dask shuffle/boundary): "
-                             f"{seg.stages[0].describe()}")
+                st0 = seg.stages[0]
+                lines.append(f"  [{seg.index}] global: {st0.describe()}")
+                lines.extend(_step_lines(st0, seg.positions[0], self.output.path))
             for pos, st in zip(seg.positions, seg.stages):
                 on, converted = per_stage[id(st)]
                 if run_backend != "pandas":
@@ -127,6 +128,24 @@ class Pipeline(PipelineSpec):
                 k: v for k, v in (("path", output), ("overwrite", overwrite)) if v is not None})
             pipeline = self.model_copy(update={"output": new_out})
         return execute(pipeline, client=client, workers=workers, progress=progress)
+
+
+def _step_lines(st, position: int, output: str) -> list[str]:
+    """``steps: a (map, shuffled) → b (reduce) → ...`` for a stage of steps."""
+    from gpupipe.errors import GpupipeError
+    from gpupipe.stages.steps import StepContext
+
+    ctx = StepContext(source=None, work_dir="", output_dir=output, position=position)
+    try:
+        steps = st.steps(ctx)
+    except GpupipeError as e:
+        return [f"        steps cannot be planned: {e}"]
+    if steps is None:
+        return []
+    names = [f"{s.name} ({'client' if s.kind == 'client' else s.kind}"
+             f"{', shuffled' if s.shuffle_on else ''})" for s in steps]
+    notes = [f"        {line}" for line in st.explain_notes()]
+    return notes + ["        steps (each checkpointed): " + " → ".join(names)]
 
 
 def _cluster_line(c) -> str:

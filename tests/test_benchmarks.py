@@ -12,7 +12,8 @@ import pytest
 @pytest.mark.parametrize("script, args, key", [
     ("bench_quickstart.py", ["--scale", "1"], "end_to_end"),
     ("bench_shards.py", ["--scale", "1"], "pipeline_on_dask"),
-    ("bench_dedup.py", ["--near", "50", "--memory-scales", "1"], "gpupipe"),
+    ("bench_dedup.py", ["--near", "50", "--scales", "1", "--memory-scales", "1"],
+     "end_to_end_1x.gpupipe_verify_signature"),
     ("bench_filters.py", ["--scale", "1"], "filters.gopher_quality.gpupipe"),
 ])
 def test_benchmark_script_runs(script, args, key):

@@ -154,7 +154,7 @@ def test_explain_shows_the_cudf_plan_on_a_machine_without_a_gpu():
                    "c4_quality", "fineweb_quality", "pii_redact"):
         assert f"        {native} runs on cudf\n" in text
     assert "        tokenize runs on pandas (no cudf path)\n" in text
-    assert ("        fuzzy_dedup runs on cudf (LSH buckets, candidate checks and components on "
+    assert ("        fuzzy_dedup runs on cudf (LSH buckets, candidate checks and the selection on "
             "the host)\n") in text
     quick = gp.Pipeline.from_yaml("pipelines/quickstart.yaml", overrides=["backend=cudf"])
     assert [line.strip() for line in quick.explain().splitlines() if "WARNING" in line] == [

@@ -315,8 +315,8 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
             if seg.reads_input:
                 read_reports = reports
         else:
-            reports, computed = _run_global_segment(client, seg, fp, source, directory,
-                                                    stats_dir, state, bar, out, backend)
+            reports, computed, info = _run_global_segment(client, seg, fp, source, directory,
+                                                          stats_dir, state, bar, out, backend)
             st = seg.stages[0]
             seconds = (round(time.perf_counter() - t0, 4) if computed else
                        (state or {}).get("seconds", 0.0))
@@ -330,6 +330,9 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
                 "counters": {}, "seconds": seconds, "backend": st.runs_on(backend),
                 "device_seconds": seconds if st.runs_on(backend) != "pandas" else 0.0,
             })
+            if info is not None:  # a stage of steps reports its own drops and counters
+                stage_stats[-1].update(drops=info["drops"], counters=info["counters"],
+                                       steps=info["steps"])
         upstream_changed = upstream_changed or computed > 0
         docs_prev = sum(r["docs_out"] for r in reports)
         bytes_prev = sum(r["bytes_out"] for r in reports)
@@ -491,40 +494,66 @@ def _work_dir(work: str, fp: str) -> str:
 
 def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, bar, out,
                         backend: str = "pandas"):
-    from dask import delayed
-
-    from gpupipe.io import from_partitions
-
+    """Run a global stage. Returns (per-partition reports, partitions computed, stage info:
+    counters, drops and steps when the stage declares steps, else None)."""
+    st = seg.stages[0]
     if state is not None and state.get("complete"):
         n = state["partitions"]
         if all(os.path.exists(marker_path(directory, i)) for i in range(n)):
-            bar.start(f"[{seg.index}] {seg.stages[0].stage_name}", n, n)
+            bar.start(f"[{seg.index}] {st.stage_name}", n, n)
             reports = []
             for i in range(n):
                 with open(os.path.join(stats_dir, part_name(i) + ".json"), encoding="utf-8") as f:
                     reports.append(json.load(f))
-            return reports, 0
-    _reset(directory, stats_dir)
-    os.makedirs(directory)
+            return reports, 0, state.get("stage")
     t0 = time.perf_counter()
+    on = st.runs_on(backend)
+    from gpupipe.stages.steps import StepContext
+
+    probe = StepContext(source=source, work_dir="", output_dir=out, position=seg.positions[0],
+                        backend=on)
+    if st.steps(probe) is not None:
+        from gpupipe.runner.steps import run_steps
+
+        os.makedirs(directory, exist_ok=True)
+        os.makedirs(stats_dir, exist_ok=True)
+        # the output step's finished partitions are kept while the fingerprint holds
+        write_json({"fingerprint": fp, "kind": "global", "complete": False},
+                   os.path.join(directory, "_segment.json"))
+        ctx = StepContext(source=source, work_dir=_work_dir(seg.work_directory(out), fp),
+                          output_dir=out, position=seg.positions[0], backend=on,
+                          buckets=max(1, source.npartitions))
+        reports, info = run_steps(client, st, ctx, out_dir=directory, stats_dir=stats_dir,
+                                  bar=bar, label=f"[{seg.index}] {st.stage_name}",
+                                  key=f"{seg.name}-{fp}")
+        computed = sum(s["computed"] for s in info["steps"])
+    else:
+        reports = _run_dask_global(client, seg, fp, source, directory, stats_dir, bar, out, on)
+        computed, info = len(reports), None
+    write_json({"fingerprint": fp, "kind": "global", "partitions": len(reports),
+                "complete": True, "seconds": round(time.perf_counter() - t0, 4), "stage": info},
+               os.path.join(directory, "_segment.json"))
+    return reports, computed, info
+
+
+def _run_dask_global(client, seg, fp, source, directory, stats_dir, bar, out, backend):
+    """A global stage that implements ``apply`` on a Dask DataFrame (repartition)."""
+    from dask import delayed
+
+    from gpupipe.io import from_partitions
     from gpupipe.stages.base import GlobalContext
 
-    work = (_work_dir(seg.work_directory(out), fp) if seg.stages[0].uses_work_dir
-            else seg.work_directory(out))
-    ctx = GlobalContext(source=source, work_dir=work, output_dir=out, position=seg.positions[0],
-                        client=client, backend=seg.stages[0].runs_on(backend))
+    _reset(directory, stats_dir)
+    os.makedirs(directory)
+    ctx = GlobalContext(source=source, work_dir=seg.work_directory(out), output_dir=out,
+                        position=seg.positions[0], client=client, backend=backend)
     ddf = from_partitions(FrameReader(source, ctx.backend), source.npartitions, ctx.meta(),
                           f"gpupipe-read-{seg.name}")
     result = seg.stages[0].apply(ddf, ctx)
-    n = result.npartitions
     parts = result.to_delayed()
     writes = [delayed(write_global_partition)(p, i, out_dir=directory, stats_dir=stats_dir,
                                               dask_key_name=f"gpupipe-write-{seg.name}-{fp}-{i}")
               for i, p in enumerate(parts)]
-    bar.start(f"[{seg.index}] {seg.stages[0].stage_name}", n)
+    bar.start(f"[{seg.index}] {seg.stages[0].stage_name}", len(parts))
     futures = client.compute(writes)
-    reports = sorted(_wait(futures, bar, seg.name), key=lambda r: r["partition"])
-    write_json({"fingerprint": fp, "kind": "global", "partitions": n, "complete": True,
-                "seconds": round(time.perf_counter() - t0, 4)},
-               os.path.join(directory, "_segment.json"))
-    return reports, n
+    return sorted(_wait(futures, bar, seg.name), key=lambda r: r["partition"])

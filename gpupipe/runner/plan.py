@@ -86,8 +86,9 @@ def fingerprints(segments: list[Segment], input_identity: dict, version: str) ->
                                   sort_keys=True, default=str).encode())
     out = []
     for seg in segments:
-        h.update(json.dumps([s.to_dict() for s in seg.stages], sort_keys=True,
-                            default=str).encode())
+        h.update(json.dumps([{**s.to_dict(), **({"_identity": s.identity()}
+                                                 if s.identity() else {})}
+                             for s in seg.stages], sort_keys=True, default=str).encode())
         out.append(h.copy().hexdigest()[:16])
     return out
 

@@ -134,6 +134,15 @@ class Stage:
         """Columns this stage adds, name -> dtype (used to build Dask ``meta``)."""
         return {}
 
+    def identity(self) -> dict:
+        """What besides the parameters the stage's result depends on (the earlier runs a dedup
+        stage reads), part of the checkpoint fingerprint."""
+        return {}
+
+    def explain_notes(self) -> list[str]:
+        """Lines ``explain`` shows under the stage (settings derived from the parameters)."""
+        return []
+
 
 class RowStage(Stage):
     kind: ClassVar[Literal["row", "global"]] = "row"
@@ -259,11 +268,20 @@ class GlobalContext:
 
 
 class GlobalStage(Stage):
-    """A stage that needs the whole dataset; it receives and returns a Dask DataFrame."""
+    """A stage that needs the whole dataset.
+
+    It declares its work as `gpupipe.stages.steps` (``steps``), which the runner executes,
+    checkpoints and resumes; or, for a plain Dask DataFrame operation, implements ``apply``.
+    """
 
     kind: ClassVar[Literal["row", "global"]] = "global"
     #: the stage keeps intermediate checkpoints in ``ctx.work_dir`` (resumed while unchanged)
     uses_work_dir: ClassVar[bool] = False
+
+    def steps(self, ctx) -> list | None:
+        """The stage's steps (`gpupipe.stages.steps`), given a `StepContext`; None to use
+        `apply` instead."""
+        return None
 
     def apply(self, ddf, ctx: GlobalContext | None = None):
         """``ddf``: a dask.dataframe.DataFrame (not imported: stages stay Dask-free)."""

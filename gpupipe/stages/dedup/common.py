@@ -1,9 +1,11 @@
-"""Shared by the dedup stages: choosing the kept document of a group, dropping the others, and
-the audit table ``<output>/dedup/duplicates.parquet/``."""
+"""Shared by the dedup stages: document codes, choosing the kept document, the audit table
+``<output>/dedup/duplicates.parquet/``, and the index a run leaves for later runs
+(``<output>/dedup/index/<stage>/``) with ``against:``."""
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 from typing import Literal
 
@@ -12,102 +14,210 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gpupipe.errors import SpecError
+
 Keep = Literal["first", "longest", "shortest_id"]
 POS = "_gp_part"   # partition of the stage input a row came from
 ROW = "_gp_row"    # row number inside that partition
 
+#: a document is ``part << 32 | row``: unique, and ordered as the input. Documents of the
+#: indexes of earlier runs (``against``) have ``part >= OLD_BASE``: run k, index partition p is
+#: ``OLD_BASE + k << OLD_RUN_SHIFT + p``
+OLD_BASE = 1 << 30
+OLD_RUN_SHIFT = 22
+INDEX_FORMAT = "gpupipe-dedup-index"
 
-def losers(df: pd.DataFrame, group_cols: list[str], keep: Keep,
-           extra: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Rows that lose to the kept row of their group, with ``duplicate_of`` = the kept id and
-    ``kept_part`` / ``kept_row`` = where the kept row is.
 
-    ``df`` has the group columns, ``_gp_part``, ``_gp_row``, ``length`` and ``id``. The kept row
-    is the first by input position (``first``), the longest text, or the smallest id; ties fall
-    back to input position, so the choice never depends on how the work was scheduled.
-    """
-    from gpupipe import seam
+def doc_codes(part: int, n: int) -> np.ndarray:
+    return (np.int64(part) << np.int64(32)) | np.arange(n, dtype=np.int64)
 
-    cols = [POS, ROW, "id", "duplicate_of", "kept_part", "kept_row", *extra]
-    if df.empty:
-        return seam.like(df, pd.DataFrame({c: pd.Series([], dtype=_dtype(c)) for c in cols}))
-    rank = {"first": [POS, ROW], "longest": ["_neg_len", POS, ROW],
-            "shortest_id": ["id", POS, ROW]}[keep]
-    work = df.assign(_neg_len=-df["length"]) if keep == "longest" else df
-    # (part, row) is unique, so the order is total and no stable sort is needed (cuDF has none)
-    work = work.sort_values(group_cols + rank)
+
+def split_codes(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    codes = np.asarray(codes, dtype=np.int64)
+    return codes >> np.int64(32), codes & np.int64(0xFFFFFFFF)
+
+
+def old_part(run: int, p: int) -> int:
+    return OLD_BASE + (run << OLD_RUN_SHIFT) + p
+
+
+def is_old(codes: np.ndarray) -> np.ndarray:
+    return split_codes(codes)[0] >= OLD_BASE
+
+
+def rank_order(frame: pd.DataFrame, keep: Keep) -> np.ndarray:
+    """Row order in which documents claim to be kept: documents of earlier runs first (in the
+    order of ``against``), then by ``keep`` (first in input order, longest text, smallest id);
+    ties fall back to input order, so the choice never depends on scheduling.
+
+    ``frame`` has ``doc`` (int64 code), ``length`` and ``id``."""
+    old = is_old(frame["doc"].to_numpy())
+    work = pd.DataFrame({"_new": ~old, "doc": frame["doc"].to_numpy()})
+    by = {"first": ["_new", "doc"], "longest": ["_new", "_neg", "doc"],
+          "shortest_id": ["_new", "id", "doc"]}[keep]
+    if keep == "longest":
+        work["_neg"] = -frame["length"].to_numpy()
+    if keep == "shortest_id":
+        work["id"] = frame["id"].astype(str).to_numpy()
+    return work.sort_values(by, kind="stable").index.to_numpy()
+
+
+def group_losers(frame: pd.DataFrame, group_cols: list[str], keep: Keep) -> pd.DataFrame:
+    """Rows that lose to the kept row of their group (same key), with ``kept`` = the kept row's
+    doc code and ``duplicate_of`` its id. Rows of earlier runs never lose."""
+    if frame.empty:
+        return frame.assign(kept=np.zeros(0, np.int64), duplicate_of=frame["id"])
+    work = frame.iloc[rank_order(frame, keep)]
+    work = work.sort_values(group_cols, kind="stable")
     first = ~work.duplicated(group_cols, keep="first")
-    lost = ~first
-    out = work.loc[lost].assign(
-        duplicate_of=work["id"].where(first).ffill()[lost],
-        kept_part=work[POS].where(first).ffill()[lost].astype("int64"),
-        kept_row=work[ROW].where(first).ffill()[lost].astype("int64"))
-    return out[cols].reset_index(drop=True)
+    lost = (~first) & ~is_old(work["doc"].to_numpy())
+    return work.loc[lost].assign(kept=work["doc"].where(first).ffill()[lost].astype("int64"),
+                                 duplicate_of=work["id"].where(first).ffill()[lost])
 
 
-def _dtype(col: str):
-    return {POS: "int64", ROW: "int64", "kept_part": "int64", "kept_row": "int64",
-            "component": "int64", "jaccard": "float64"}.get(col, pd.StringDtype("pyarrow"))
+# --- the audit: dedup/duplicates.parquet ------------------------------------------------------
+
+def audit_dir(output_dir: str) -> str:
+    return os.path.join(output_dir, "dedup", "duplicates.parquet")
 
 
 def audit_prefix(label: str) -> str:
     return label.replace(":", "-")
 
 
-def clear_audit(audit_dir: str, label: str) -> None:
+def clear_audit(output_dir: str, label: str) -> None:
     """Remove this stage's audit files of an earlier run (the partition count may differ)."""
-    for f in glob.glob(os.path.join(audit_dir, f"{audit_prefix(label)}-part-*.parquet")):
+    for f in glob.glob(os.path.join(audit_dir(output_dir), f"{audit_prefix(label)}-part-*.parquet")):
         os.remove(f)
 
 
-class DropLosers:
-    """Reads partition ``i`` of the stage input without its losing rows, and writes the audit
-    rows of that partition to ``dedup/duplicates.parquet/``."""
-
-    def __init__(self, source, losers_dir: str, audit_dir: str, label: str,
-                 audit_cols: tuple[str, ...] = (), backend: str = "pandas"):
-        self.source, self.losers_dir, self.audit_dir = source, losers_dir, audit_dir
-        self.label, self.audit_cols, self.backend = label, audit_cols, backend
-
-    def __call__(self, i: int):
-        from gpupipe import seam
-        from gpupipe.backend import read_partition
-        from gpupipe.io.writer import write_parquet
-
-        frame = read_partition(self.source, i, self.backend).frame
-        files = sorted(glob.glob(os.path.join(self.losers_dir, f"{POS}={i}", "*.parquet")))
-        if not files:
-            return frame
-        lost = pa.concat_tables([pq.read_table(f) for f in files]).to_pandas()
-        lost = lost.sort_values(ROW)
-        mask = np.ones(len(frame), dtype=bool)
-        mask[lost[ROW].to_numpy()] = False
-        audit = pa.table({
-            "id": pa.array(lost["id"].astype(str).tolist(), pa.string()),
-            "duplicate_of": pa.array(lost["duplicate_of"].astype(str).tolist(), pa.string()),
-            "stage": pa.array([self.label] * len(lost), pa.string()),
-            **{c: pa.array(lost[c].to_numpy()) for c in self.audit_cols},
-        })
-        write_parquet(audit, os.path.join(self.audit_dir,
-                                          f"{audit_prefix(self.label)}-part-{i:05d}.parquet"))
-        return seam.filter_rows(frame, mask)
+def audit_table(lost: pd.DataFrame, label: str, runs: list[str],
+                extra: tuple[str, ...] = ()) -> pa.Table:
+    """Audit rows of removed documents: id, duplicate_of, duplicate_run (the earlier run the kept
+    document is in; null within this run), stage, and ``extra`` columns."""
+    kept_part, _ = split_codes(lost["kept"].to_numpy())
+    run = [runs[(int(p) - OLD_BASE) >> OLD_RUN_SHIFT] if p >= OLD_BASE else None
+           for p in kept_part]
+    return pa.table({
+        "id": pa.array(lost["id"].astype(str).tolist(), pa.string()),
+        "duplicate_of": pa.array(lost["duplicate_of"].astype(str).tolist(), pa.string()),
+        "duplicate_run": pa.array(run, pa.string()),
+        "stage": pa.array([label] * len(lost), pa.string()),
+        **{c: pa.array(lost[c].to_numpy()) for c in extra},
+    })
 
 
-def write_losers(client, losers_ddf, path: str) -> None:
-    """Materialise the losers, one directory per input partition (``_gp_part=K/``). They are
-    written from the host with pyarrow on either backend: cuDF's Parquet writer fails on an empty
-    partition with ``partition_on`` (every hash bucket without duplicates), and the losers are
-    small."""
+def drop_rows(ctx, i: int, lost: pa.Table | None, label: str, runs: list[str],
+              extra: tuple[str, ...] = ()):
+    """Partition ``i`` of the stage input without the ``lost`` rows (``_gp_row``), writing their
+    audit rows. Returns (frame, kept mask, number dropped)."""
+    from gpupipe import seam
+    from gpupipe.io.writer import write_parquet
+
+    frame = ctx.read(i)
+    mask = np.ones(len(frame), dtype=bool)
+    if lost is None or lost.num_rows == 0:
+        return frame, mask, 0
+    lost = lost.to_pandas().sort_values(ROW, kind="stable")
+    mask[lost[ROW].to_numpy()] = False
+    write_parquet(audit_table(lost, label, runs, extra),
+                  os.path.join(audit_dir(ctx.output_dir),
+                               f"{audit_prefix(label)}-part-{i:05d}.parquet"))
+    return seam.filter_rows(frame, mask), mask, len(lost)
+
+
+# --- the index of kept documents for later runs ------------------------------------------------
+
+def index_dir(output_dir: str, stage_name: str) -> str:
+    return os.path.join(output_dir, "dedup", "index", stage_name)
+
+
+def start_index(output_dir: str, stage_name: str, params: dict, partitions: int) -> None:
+    """Clear this run's index of ``stage_name`` and write its manifest (what a later run checks
+    before it uses the index)."""
     import shutil
 
-    from gpupipe import seam
+    from gpupipe.io.writer import write_json
 
-    host_meta = seam.to_host(losers_ddf._meta)
-    if host_meta is not losers_ddf._meta:
-        losers_ddf = losers_ddf.map_partitions(seam.to_host, meta=host_meta)
+    d = index_dir(output_dir, stage_name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    write_json({"format": INDEX_FORMAT, "version": 1, "stage": stage_name, "params": params,
+                "partitions": partitions}, os.path.join(d, "manifest.json"))
 
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    os.makedirs(path)
-    task = losers_ddf.to_parquet(path, partition_on=[POS], write_index=False, compute=False)
-    client.compute(task).result()
+
+def open_indexes(against: list[str], stage_name: str, params: dict,
+                 output_dir: str | None = None) -> list[dict]:
+    """The indexes of earlier runs, checked: each ``{"run", "dir", "partitions"}``.
+
+    Refuses, naming the run and the differing parameters, an index built with other parameters
+    (its documents would never match), a run that did not complete, or a path with no index."""
+    out = []
+    for run in against:
+        if output_dir is not None and os.path.abspath(run) == os.path.abspath(output_dir):
+            raise SpecError(f"{stage_name}.against: {run!r} is this run's own output directory; "
+                            f"name earlier runs only")
+        d = index_dir(run, stage_name)
+        manifest = os.path.join(d, "manifest.json")
+        try:
+            with open(os.path.join(run, "run.json"), encoding="utf-8") as f:
+                status = json.load(f).get("status")
+        except (OSError, ValueError):
+            raise SpecError(f"{stage_name}.against: {run!r} is not a gpupipe run directory "
+                            f"(no run.json)") from None
+        if status != "complete":
+            raise SpecError(f"{stage_name}.against: the run in {run!r} is {status!r}, not "
+                            f"complete; finish it before deduplicating against it")
+        try:
+            with open(manifest, encoding="utf-8") as f:
+                m = json.load(f)
+        except (OSError, ValueError):
+            raise SpecError(f"{stage_name}.against: {run!r} has no {stage_name} index "
+                            f"({os.path.relpath(manifest, run)}); that run had no "
+                            f"{stage_name} stage, or ran before gpupipe wrote indexes") from None
+        if m.get("format") != INDEX_FORMAT or m.get("params") != params:
+            theirs = m.get("params") or {}
+            diff = ", ".join(f"{k}={theirs.get(k)!r} there, {params.get(k)!r} here"
+                             for k in sorted(set(theirs) | set(params))
+                             if theirs.get(k) != params.get(k))
+            raise SpecError(f"{stage_name}.against: the index in {d} was built with other "
+                            f"parameters ({diff}); its documents cannot match this stage's. "
+                            f"Use the same parameters as that run, or drop it from against")
+        n = int(m["partitions"])
+        missing = [p for p in range(n) if not os.path.exists(os.path.join(d, f"part-{p:05d}.parquet"))]
+        if missing:
+            raise SpecError(f"{stage_name}.against: the index in {d} is incomplete "
+                            f"({len(missing)} of {n} partitions missing)")
+        out.append({"run": run, "dir": d, "partitions": n})
+    return out
+
+
+def against_identity(against: tuple[str, ...], stage_name: str) -> dict:
+    """The earlier runs' index manifests and completion times: a rerun of one of them changes
+    the fingerprint of a stage deduplicating against it."""
+    out = {}
+    for run in against:
+        stamp = []
+        for path in (os.path.join(run, "run.json"),
+                     os.path.join(index_dir(run, stage_name), "manifest.json")):
+            try:
+                st = os.stat(path)
+                stamp.append([st.st_size, st.st_mtime_ns])
+            except OSError:
+                stamp.append(None)
+        out[run] = stamp
+    return out
+
+
+def index_parts(indexes: list[dict]) -> list[tuple[int, int]]:
+    """(run number, partition) of every partition of every index, in order."""
+    return [(k, p) for k, ix in enumerate(indexes) for p in range(ix["partitions"])]
+
+
+def index_path(indexes: list[dict], part: int, suffix: str) -> str:
+    k, p = (part - OLD_BASE) >> OLD_RUN_SHIFT, (part - OLD_BASE) & ((1 << OLD_RUN_SHIFT) - 1)
+    return os.path.join(indexes[k]["dir"], f"part-{p:05d}.{suffix}")
+
+
+def read_index_part(indexes: list[dict], k: int, p: int) -> pa.Table:
+    return pq.read_table(os.path.join(indexes[k]["dir"], f"part-{p:05d}.parquet"))

@@ -2,32 +2,42 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from typing import ClassVar, Literal
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from gpupipe import seam
-from gpupipe.backend import meta_on, read_partition
 from gpupipe.frame import ID, TEXT, text_array
+from gpupipe.io.writer import write_parquet
 from gpupipe.kernels.hashing import xxh64_strings
 from gpupipe.kernels.utf8 import utf8_buffers
 from gpupipe.stages.base import GlobalStage, stage
 from gpupipe.stages.dedup.common import (
     POS,
     ROW,
-    DropLosers,
     Keep,
+    against_identity,
     clear_audit,
-    losers,
-    write_losers,
+    doc_codes,
+    drop_rows,
+    group_losers,
+    index_dir,
+    index_parts,
+    is_old,
+    old_part,
+    open_indexes,
+    read_index_part,
+    split_codes,
+    start_index,
 )
+from gpupipe.stages.steps import Map, OnClient, Output, Reduce
 
 
-def normalized_texts(df: pd.DataFrame, normalize: bool) -> pa.Array:
+def normalized_texts(df, normalize: bool) -> pa.Array:
     arr = text_array(df[TEXT])
     if not normalize:
         return arr
@@ -62,26 +72,54 @@ def partition_hashes(df, normalize: bool, algorithm: str) -> tuple[np.ndarray, n
 
 
 class ExactKeys:
-    """Partition ``i`` -> its rows' hash, position, length and id (what the shuffle moves), a
-    frame of ``backend``."""
+    """Step ``keys``: partition ``i`` -> its rows' hash, document code, length and id (what the
+    shuffle moves); the hashes also go to a side file for this run's index."""
 
-    def __init__(self, source, normalize: bool, algorithm: str, backend: str = "pandas"):
-        self.source, self.normalize, self.algorithm = source, normalize, algorithm
-        self.backend = backend
+    def __init__(self, normalize: bool, algorithm: str):
+        self.normalize, self.algorithm = normalize, algorithm
 
-    def __call__(self, i: int):
-        df = read_partition(self.source, i, self.backend).frame
+    def __call__(self, ctx, i: int) -> Output:
+        df = ctx.read(i)
         h1, h2 = partition_hashes(df, self.normalize, self.algorithm)
         length = seam.kernels_for(df).count_chars(*seam.text_buffers(df[TEXT]))
-        keys = seam.like(df, pd.DataFrame({
-            "h1": h1, "h2": h2, POS: np.full(len(df), i, dtype=np.int64),
-            ROW: np.arange(len(df), dtype=np.int64),
-            "length": np.asarray(length, dtype=np.int64)}))
-        return keys.assign(**{ID: df[ID].reset_index(drop=True)})
+        ids = text_array(seam.to_host(df[[ID]])[ID]).cast(pa.string())
+        table = pa.table({"h1": h1, "h2": h2, "doc": doc_codes(i, len(df)),
+                          "length": np.asarray(length, dtype=np.int64), "id": ids})
+        return Output(table, files={"hashes": np.stack([h1, h2], axis=1)},
+                      counters={"documents": len(df)})
 
 
-def _exact_losers(df: pd.DataFrame, keep: str) -> pd.DataFrame:
-    return losers(df, ["h1", "h2"], keep)
+class EarlierKeys:
+    """Step ``earlier``: partition ``i`` of the earlier runs' indexes -> the same rows as
+    `ExactKeys`, with the codes of earlier documents."""
+
+    def __init__(self, indexes: list[dict]):
+        self.indexes = indexes
+
+    def __call__(self, ctx, i: int) -> Output:
+        k, p = index_parts(self.indexes)[i]
+        t = read_index_part(self.indexes, k, p)
+        return Output(pa.table({"h1": t["h1"], "h2": t["h2"],
+                                "doc": doc_codes(old_part(k, p), t.num_rows),
+                                "length": np.zeros(t.num_rows, np.int64),
+                                "id": t["id"].cast(pa.string())}),
+                      counters={"earlier_documents": t.num_rows})
+
+
+class ExactLosers:
+    """Step ``losers``: one bucket of keys -> the documents that lose to an identical one."""
+
+    def __init__(self, keep: str):
+        self.keep = keep
+
+    def __call__(self, ctx, table: pa.Table) -> Output:
+        lost = group_losers(table.to_pandas(), ["h1", "h2"], self.keep)
+        part, row = split_codes(lost["doc"].to_numpy())
+        earlier = int(is_old(lost["kept"].to_numpy()).sum())
+        out = pa.table({POS: part, ROW: row, "id": lost["id"].astype(str).tolist(),
+                        "duplicate_of": lost["duplicate_of"].astype(str).tolist(),
+                        "kept": lost["kept"].to_numpy()})
+        return Output(out, counters={"duplicates_of_earlier_runs": earlier} if earlier else {})
 
 
 @stage("exact_dedup")
@@ -91,36 +129,56 @@ class ExactDedup(GlobalStage):
     ``normalize`` hashes NFKC, lower-cased, whitespace-collapsed text instead. Documents are
     shuffled by hash; the kept one is chosen by ``keep`` (first in input order, longest,
     smallest id). Every removal is written to ``dedup/duplicates.parquet/`` with the kept id.
-    On cuDF the keys are computed and shuffled on the GPU (md5 and ``normalize`` hash on the
-    host), and the same documents are removed.
+    ``against``: earlier run directories whose kept documents count as already seen (their
+    ``dedup/index/exact_dedup/``, which every run writes); a document identical to one of them
+    is removed with ``duplicate_run`` naming the run. On cuDF the xxHash64 keys are computed on
+    the GPU (md5 and ``normalize`` hash on the host), and the same documents are removed.
     """
 
-    uses_work_dir: ClassVar[bool] = True
     backends: ClassVar[tuple[str, ...]] = ("pandas", "cudf")
     reasons: ClassVar[tuple[str, ...]] = ("exact_duplicate",)
+    host_steps: ClassVar[str] = "the groups of equal hashes on the host"
 
     hash: Literal["md5", "xxhash64"] = "xxhash64"
     normalize: bool = False
     keep: Keep = "first"
+    against: tuple[str, ...] = ()
 
-    def apply(self, ddf, ctx=None):
-        from gpupipe.io import from_partitions
+    def identity(self) -> dict:
+        return {"against": against_identity(self.against, self.stage_name)} if self.against else {}
 
-        src = ctx.source
-        meta = meta_on(pd.DataFrame({"h1": np.zeros(0, np.uint64), "h2": np.zeros(0, np.uint64),
-                                     POS: np.zeros(0, np.int64), ROW: np.zeros(0, np.int64),
-                                     "length": np.zeros(0, np.int64),
-                                     ID: pd.Series([], dtype=pd.StringDtype("pyarrow"))}),
-                       ctx.backend)
-        keys = from_partitions(ExactKeys(src, self.normalize, self.hash, ctx.backend),
-                               src.npartitions, meta, "gpupipe-exact-keys")
-        shuffled = keys.shuffle(on=["h1", "h2"], npartitions=max(1, src.npartitions))
-        lost = shuffled.map_partitions(_exact_losers, self.keep,
-                                       meta=losers(meta, ["h1", "h2"], "first"))
-        losers_dir = os.path.join(ctx.work_dir, "losers")
-        write_losers(ctx.client, lost, losers_dir)
+    def index_params(self) -> dict:
+        return {"hash": self.hash, "normalize": self.normalize}
+
+    def steps(self, ctx):
+        indexes = open_indexes(self.against, self.stage_name, self.index_params(),
+                               ctx.output_dir)
         label = f"{ctx.position}:{self.stage_name}"
-        audit_dir = os.path.join(ctx.output_dir, "dedup", "duplicates.parquet")
-        clear_audit(audit_dir, label)
-        reader = DropLosers(src, losers_dir, audit_dir, label, backend=ctx.backend)
-        return from_partitions(reader, src.npartitions, ctx.meta(), "gpupipe-exact-drop")
+        keyed = ("keys", "earlier") if indexes else "keys"
+        return [
+            Map("keys", ExactKeys(self.normalize, self.hash), shuffle_on=("h1", "h2")),
+            *([Map("earlier", EarlierKeys(indexes), items=len(index_parts(indexes)),
+                   shuffle_on=("h1", "h2"))] if indexes else []),
+            Reduce("losers", ExactLosers(self.keep), of=keyed, split_by=POS),
+            OnClient("prepare", functools.partial(_prepare, self.stage_name, label,
+                                                  self.index_params())),
+            Map("drop", functools.partial(_drop, label, [ix["run"] for ix in indexes],
+                                          self.stage_name), output=True),
+        ]
+
+
+def _prepare(stage_name: str, label: str, params: dict, ctx) -> Output:
+    clear_audit(ctx.output_dir, label)
+    start_index(ctx.output_dir, stage_name, params, ctx.npartitions)
+    return Output()
+
+
+def _drop(label: str, runs: list[str], stage_name: str, ctx, i: int) -> Output:
+    """Step ``drop``: partition ``i`` without its losers; the kept documents' hashes and ids
+    become partition ``i`` of this run's index."""
+    frame, mask, n = drop_rows(ctx, i, ctx.bucket("losers", i), label, runs)
+    hashes = np.load(ctx.side("keys", "hashes", i, "npy"))[mask]
+    ids = text_array(seam.to_host(frame[[ID]])[ID]).cast(pa.string())
+    write_parquet(pa.table({"h1": hashes[:, 0], "h2": hashes[:, 1], "id": ids}),
+                  os.path.join(index_dir(ctx.output_dir, stage_name), f"part-{i:05d}.parquet"))
+    return Output(frame, drops={"exact_duplicate": n} if n else {})

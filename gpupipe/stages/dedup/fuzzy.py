@@ -1,10 +1,25 @@
-"""fuzzy_dedup: MinHash -> LSH bands -> candidate pairs -> connected components."""
+"""fuzzy_dedup: MinHash -> LSH bands -> candidate pairs -> verified pairs -> kept documents.
+
+Steps (`gpupipe.stages.steps`), each checkpointed by the runner:
+
+1. ``signatures`` (map, on the stage's backend): MinHash signatures and the LSH band keys of
+   every document, shuffled by band key; ``earlier`` does the same for the indexes of the runs
+   in ``against``;
+2. ``candidates`` (reduce per bucket of band keys): the pairs of documents that share a band;
+3. ``pairs`` (reduce per bucket of pairs): each pair once, with the signature agreement (a
+   Jaccard estimate); with ``verify: signature`` (the default) pairs below the threshold go;
+4. ``shingles`` + ``jaccard`` (``verify: jaccard``): the true Jaccard similarity of the shingle
+   sets of the candidate pairs only;
+5. ``select`` (on the client): connected components of the verified pairs, then, in the order
+   ``keep`` gives, each document is kept unless it is similar to a document already kept;
+6. ``drop`` (map): the partitions without the removed documents, the audit, and this run's
+   index for later runs.
+"""
 
 from __future__ import annotations
 
-import glob
+import functools
 import os
-import shutil
 from typing import Annotated, ClassVar, Literal
 
 import numpy as np
@@ -15,18 +30,28 @@ import pyarrow.parquet as pq
 from pydantic import Field
 
 from gpupipe.frame import ID, TEXT, text_array
-from gpupipe.io.writer import write_parquet
+from gpupipe.io.writer import write_npy, write_parquet
 from gpupipe.stages.base import GlobalStage, stage
 from gpupipe.stages.dedup.common import (
+    OLD_BASE,
     POS,
     ROW,
-    DropLosers,
     Keep,
+    against_identity,
     clear_audit,
-    losers,
-    write_losers,
+    doc_codes,
+    drop_rows,
+    index_dir,
+    index_parts,
+    index_path,
+    is_old,
+    old_part,
+    open_indexes,
+    rank_order,
+    split_codes,
+    start_index,
 )
-from gpupipe.stages.dedup.components import LOCAL_EDGE_LIMIT
+from gpupipe.stages.steps import Map, OnClient, Output, Reduce, read_file
 
 #: presets users know (shared/FILTERS.md)
 PRESETS = {
@@ -40,6 +65,12 @@ PRESETS = {
 def candidate_probability(s: float, bands: int, rows: int) -> float:
     """Probability that a pair with Jaccard ``s`` shares at least one band."""
     return 1.0 - (1.0 - s**rows) ** bands
+
+
+def lsh_threshold(bands: int, rows: int) -> float:
+    """The similarity at which the LSH S-curve rises steepest, ``(1 / bands) ** (1 / rows)``:
+    0.72 for 14 x 8 (datatrove), 0.79 for 20 x 13 (NeMo Curator)."""
+    return (1.0 / bands) ** (1.0 / rows)
 
 
 def bands_for_threshold(threshold: float, num_hashes: int) -> tuple[int, int]:
@@ -66,75 +97,22 @@ def normalized_words(arr) -> pa.Array:
     return split_words(pc.utf8_lower(arr))
 
 
-class Signatures:
-    """Partition ``i`` -> signature matrix, lengths and ids saved under ``work_dir``.
-
-    The hashing runs where the partition is (the MinHash kernels on the GPU for cuDF). Word
-    shingles are normalised on the host first (NFKD, Arrow), then hashed on the same side."""
-
-    def __init__(self, source, work_dir: str, cfg: dict, a: np.ndarray, b: np.ndarray,
-                 backend: str = "pandas"):
-        self.source, self.work_dir, self.cfg, self.a, self.b = source, work_dir, cfg, a, b
-        self.backend = backend
-
-    def __call__(self, i: int) -> int:
-        from gpupipe import seam
-        from gpupipe.backend import read_partition
-        from gpupipe.io.writer import write_npy
-        from gpupipe.kernels.hashing import list_buffers
-
-        df = read_partition(self.source, i, self.backend).frame
-        kernels, buffers = seam.kernels_for(df), seam.text_buffers(df[TEXT])
-        cfg = self.cfg
-        if cfg["shingles"] == "chars":
-            sig = kernels.minhash(*buffers, seed=cfg["seed"], a=self.a, b=self.b,
-                                  width=cfg["width"], bits=cfg["bits"])
-        else:
-            words = normalized_words(text_array(seam.to_host(df[[TEXT]])[TEXT]))
-            sig = kernels.minhash_ngrams(*list_buffers(words), ngrams=cfg["width"] - 1,
-                                         seed=cfg["seed"], a=self.a, b=self.b, bits=cfg["bits"])
-        write_npy(np.asarray(sig), os.path.join(self.work_dir, f"part-{i:05d}.npy"))
-        ids = text_array(seam.to_host(df[[ID]])[ID]).cast(pa.string())
-        length = np.asarray(kernels.count_chars(*buffers), dtype=np.int64)
-        write_parquet(pa.table({"id": ids, "length": pa.array(length)}),
-                      os.path.join(self.work_dir, f"part-{i:05d}.meta.parquet"))
-        return len(df)
+#: buckets of band keys up to this size give every pair of their members as candidates; larger
+#: ones (boilerplate shared by thousands) a star from their first member plus a chain
+ALL_PAIRS_MAX = 32
+_PAIRS = {"a": pa.int64(), "b": pa.int64()}
 
 
-class SignatureStore:
-    """Signature rows by global document number, read from the per-partition files on demand
-    (memory-mapped): only the rows of candidate pairs are ever loaded."""
-
-    def __init__(self, sig_dir: str, offsets: np.ndarray):
-        self.sig_dir, self.offsets = sig_dir, offsets
-
-    def rows(self, gids: np.ndarray) -> np.ndarray:
-        part = np.searchsorted(self.offsets, gids, side="right") - 1
-        out = None
-        for p in np.unique(part):
-            sel = np.flatnonzero(part == p)
-            mm = np.load(os.path.join(self.sig_dir, f"part-{int(p):05d}.npy"), mmap_mode="r")
-            got = np.asarray(mm[gids[sel] - self.offsets[p]])
-            if out is None:
-                out = np.empty((len(gids), got.shape[1]), dtype=got.dtype)
-            out[sel] = got
-        return out if out is not None else np.zeros((0, 0), dtype=np.uint64)
-
-    def meta(self, gids: np.ndarray) -> pd.DataFrame:
-        """``id`` and ``length`` of the given documents (sorted ``gids``), in that order."""
-        part = np.searchsorted(self.offsets, gids, side="right") - 1
-        frames = []
-        for p in np.unique(part):
-            rows = gids[part == p] - self.offsets[p]
-            table = pq.read_table(os.path.join(self.sig_dir, f"part-{int(p):05d}.meta.parquet"))
-            frames.append(table.take(pa.array(rows)).to_pandas())
-        return pd.concat(frames, ignore_index=True)
-
-    def agreement(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Fraction of equal MinHash values: an estimate of the Jaccard similarity."""
-        if len(a) == 0:
-            return np.zeros(0, dtype=np.float64)
-        return (self.rows(a) == self.rows(b)).mean(axis=1)
+def band_key_table(sig: np.ndarray, bands: int, rows: int, codes: np.ndarray) -> pa.Table:
+    """(band, key, doc) for every band of every signature."""
+    sig = np.asarray(sig)
+    n = len(codes)
+    return pa.table({
+        "band": np.repeat(np.arange(bands, dtype=np.int64), n),
+        "key": np.concatenate([band_keys(sig, b, rows) for b in range(bands)]) if n and bands
+        else np.zeros(0, np.uint64),
+        "doc": np.tile(codes, bands),
+    })
 
 
 def band_keys(sig: np.ndarray, band: int, rows: int) -> np.ndarray:
@@ -146,56 +124,388 @@ def band_keys(sig: np.ndarray, band: int, rows: int) -> np.ndarray:
     return h
 
 
-class BandEdges:
-    """Signature file ``i`` -> (band, key, gid) rows for a group of bands."""
+class SignatureStep:
+    """Step ``signatures``: partition ``i`` -> its band keys (shuffled), and its signatures,
+    ids and lengths as side files.
 
-    def __init__(self, work_dir: str, bands: list[int], rows: int, offsets: np.ndarray):
-        self.work_dir, self.bands, self.rows, self.offsets = work_dir, bands, rows, offsets
+    The hashing runs where the partition is (the MinHash kernels on the GPU for cuDF). Word
+    shingles are normalised on the host first (NFKD, Arrow), then hashed on the same side."""
 
-    def __call__(self, i: int) -> pd.DataFrame:
-        sig = np.load(os.path.join(self.work_dir, f"part-{i:05d}.npy"), mmap_mode="r")
-        gid = np.arange(sig.shape[0], dtype=np.int64) + self.offsets[i]
-        frames = [pd.DataFrame({"band": np.full(len(gid), b, np.int64),
-                                "key": band_keys(np.asarray(sig), b, self.rows), "gid": gid})
-                  for b in self.bands]
-        return pd.concat(frames, ignore_index=True) if frames else _EMPTY_KEYS
+    def __init__(self, cfg: dict, a: np.ndarray, b: np.ndarray):
+        self.cfg, self.a, self.b = cfg, a, b
+
+    def __call__(self, ctx, i: int) -> Output:
+        from gpupipe import seam
+        from gpupipe.kernels.hashing import list_buffers
+
+        df = ctx.read(i)
+        kernels, buffers = seam.kernels_for(df), seam.text_buffers(df[TEXT])
+        cfg = self.cfg
+        if cfg["shingles"] == "chars":
+            sig = kernels.minhash(*buffers, seed=cfg["seed"], a=self.a, b=self.b,
+                                  width=cfg["width"], bits=cfg["bits"])
+        else:
+            words = normalized_words(text_array(seam.to_host(df[[TEXT]])[TEXT]))
+            sig = kernels.minhash_ngrams(*list_buffers(words), ngrams=cfg["width"] - 1,
+                                         seed=cfg["seed"], a=self.a, b=self.b, bits=cfg["bits"])
+        sig = np.asarray(sig)
+        ids = text_array(seam.to_host(df[[ID]])[ID]).cast(pa.string())
+        length = np.asarray(kernels.count_chars(*buffers), dtype=np.int64)
+        keys = band_key_table(sig, cfg["bands"], cfg["rows"], doc_codes(i, len(df)))
+        return Output(keys, files={"sig": sig, "meta": pa.table({"id": ids, "length": length})},
+                      counters={"documents": len(df)})
 
 
-_EMPTY_KEYS = pd.DataFrame({"band": np.zeros(0, np.int64), "key": np.zeros(0, np.uint64),
-                            "gid": np.zeros(0, np.int64)})
-_EMPTY_EDGES = pd.DataFrame({"a": np.zeros(0, np.int64), "b": np.zeros(0, np.int64)})
+class EarlierSignatures:
+    """Step ``earlier``: partition ``i`` of the earlier runs' indexes -> their band keys."""
+
+    def __init__(self, indexes: list[dict], cfg: dict):
+        self.indexes, self.cfg = indexes, cfg
+
+    def __call__(self, ctx, i: int) -> Output:
+        k, p = index_parts(self.indexes)[i]
+        sig = np.load(index_path(self.indexes, old_part(k, p), "sig.npy"))
+        codes = doc_codes(old_part(k, p), len(sig))
+        return Output(band_key_table(sig, self.cfg["bands"], self.cfg["rows"], codes),
+                      counters={"earlier_documents": len(sig)})
 
 
-def star_edges(df: pd.DataFrame) -> pd.DataFrame:
-    """Within each (band, key) bucket, connect every member to the smallest gid."""
-    if df.empty:
-        return _EMPTY_EDGES
-    df = df.sort_values(["band", "key", "gid"], kind="stable")
-    first = ~df.duplicated(["band", "key"], keep="first")
-    root = df["gid"].where(first).ffill().astype(np.int64)
-    mask = ~first.to_numpy()
-    return pd.DataFrame({"a": root.to_numpy()[mask], "b": df["gid"].to_numpy()[mask]})
+class SignatureStore:
+    """Signature rows and ids by document code, from the side files of ``signatures`` and the
+    earlier runs' indexes (memory-mapped: only the rows asked for are loaded)."""
+
+    def __init__(self, ctx, indexes: list[dict]):
+        self.ctx, self.indexes = ctx, indexes
+
+    def _path(self, part: int, what: str) -> str:
+        if part >= OLD_BASE:
+            return index_path(self.indexes, part, "sig.npy" if what == "sig" else "parquet")
+        return self.ctx.side("signatures", what, part, "npy" if what == "sig" else "parquet")
+
+    def rows(self, codes: np.ndarray) -> np.ndarray:
+        part, row = split_codes(codes)
+        out = None
+        for p in np.unique(part):
+            sel = np.flatnonzero(part == p)
+            got = np.asarray(np.load(self._path(int(p), "sig"), mmap_mode="r")[row[sel]])
+            if out is None:
+                out = np.empty((len(codes), got.shape[1]), dtype=got.dtype)
+            out[sel] = got
+        return out if out is not None else np.zeros((0, 0), dtype=np.uint64)
+
+    def meta(self, codes: np.ndarray) -> pd.DataFrame:
+        """``doc``, ``id`` and ``length`` (0 for earlier runs) of the given documents."""
+        part, row = split_codes(codes)
+        ids = np.empty(len(codes), dtype=object)
+        length = np.zeros(len(codes), dtype=np.int64)
+        for p in np.unique(part):
+            sel = np.flatnonzero(part == p)
+            t = pq.read_table(self._path(int(p), "meta")).take(pa.array(row[sel]))
+            ids[sel] = t["id"].to_numpy(zero_copy_only=False)
+            if "length" in t.column_names:
+                length[sel] = t["length"].to_numpy()
+        return pd.DataFrame({"doc": np.asarray(codes, np.int64), "id": ids, "length": length})
+
+    def agreement(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Fraction of equal MinHash values: an estimate of the Jaccard similarity."""
+        if len(a) == 0:
+            return np.zeros(0, dtype=np.float64)
+        return (self.rows(a) == self.rows(b)).mean(axis=1)
+
+
+def bucket_pairs(doc: np.ndarray, band: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Candidate pairs ``(a < b)`` of the documents that share a (band, key) bucket; pairs of
+    two earlier documents are left out (those runs are deduplicated already)."""
+    o = np.lexsort((doc, key, band))
+    doc, band, key = doc[o], band[o], key[o]
+    n = len(doc)
+    new = np.ones(n, dtype=bool)
+    new[1:] = (band[1:] != band[:-1]) | (key[1:] != key[:-1])
+    starts = np.flatnonzero(new)
+    sizes = np.diff(np.append(starts, n))
+    left, right = [], []
+    for m in np.unique(sizes[sizes >= 2]):
+        s = starts[sizes == m][:, None]
+        if m <= ALL_PAIRS_MAX:
+            i, j = np.triu_indices(int(m), 1)
+            left.append((s + i).ravel())
+            right.append((s + j).ravel())
+        else:
+            left.extend([np.repeat(s, m - 1), (s + np.arange(1, m - 1)).ravel()])
+            right.extend([(s + np.arange(1, m)).ravel(), (s + np.arange(2, m)).ravel()])
+    if not left:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    x, y = doc[np.concatenate(left)], doc[np.concatenate(right)]
+    a, b = np.minimum(x, y), np.maximum(x, y)
+    keep = ~(is_old(a) & is_old(b)) & (a != b)
+    return a[keep], b[keep]
+
+
+def _candidates(ctx, table: pa.Table) -> Output:
+    """Step ``candidates``: one bucket of band keys -> candidate pairs (shuffled by pair)."""
+    a, b = bucket_pairs(table["doc"].to_numpy(), table["band"].to_numpy(),
+                        table["key"].to_numpy())
+    return Output(pa.table({"a": a, "b": b}))
+
+
+class UniquePairs:
+    """Step ``pairs``: one bucket of candidate pairs -> each pair once with its signature
+    agreement; with ``threshold`` set, only the pairs at or above it."""
+
+    def __init__(self, indexes: list[dict], threshold: float | None):
+        self.indexes, self.threshold = indexes, threshold
+
+    def __call__(self, ctx, table: pa.Table) -> Output:
+        both = np.unique(np.stack([table["a"].to_numpy(), table["b"].to_numpy()], axis=1),
+                         axis=0)
+        a, b = both[:, 0], both[:, 1]
+        sim = SignatureStore(ctx, self.indexes).agreement(a, b)
+        counters = {"candidate_pairs": len(a)}
+        if self.threshold is not None:
+            ok = sim >= self.threshold
+            counters["rejected_pairs"] = int((~ok).sum())
+            a, b, sim = a[ok], b[ok], sim[ok]
+        return Output(pa.table({"a": a, "b": b, "similarity": sim}), counters=counters)
+
+
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    x = (x ^ (x >> np.uint64(30))) * _MIX1
+    x = (x ^ (x >> np.uint64(27))) * _MIX2
+    return x ^ (x >> np.uint64(31))
+
+
+def ngram_sets(values: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sets of hashed n-grams of token sequences: ``values`` (uint64 token hashes, every
+    document's tokens in a row), ``offsets`` (int64[docs + 1]). A document of fewer than ``n``
+    tokens is one n-gram of all of them. Returns (sorted unique hashes of every document in a
+    row, offsets)."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    docs = len(offsets) - 1
+    total = int(offsets[-1] - offsets[0])
+    values = np.asarray(values, dtype=np.uint64)[offsets[0]: offsets[-1]]
+    offsets = offsets - offsets[0]
+    doc = np.repeat(np.arange(docs), np.diff(offsets))
+    pos = np.arange(total)
+    end, begin = offsets[1:][doc], offsets[:-1][doc]
+    span = np.minimum(n, end - pos)
+    valid = (end - pos >= n) | ((pos == begin) & (end - begin < n))
+    mixed = _mix(values)
+    h = np.zeros(total, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for k in range(n):
+            idx = np.minimum(pos + k, max(total - 1, 0))
+            h = np.where(k < span, h * np.uint64(0x100000001B3) + mixed[idx], h)
+    doc, h = doc[valid], h[valid]
+    o = np.lexsort((h, doc))
+    doc, h = doc[o], h[o]
+    first = np.ones(len(h), dtype=bool)
+    first[1:] = (doc[1:] != doc[:-1]) | (h[1:] != h[:-1])
+    doc, h = doc[first], h[first]
+    return h, np.concatenate([[0], np.cumsum(np.bincount(doc, minlength=docs))]).astype(np.int64)
+
+
+def shingle_sets(texts: pa.Array, cfg: dict) -> tuple[np.ndarray, np.ndarray]:
+    """`ngram_sets` of the shingles the signatures were built from: words of normalised text
+    (n-grams of ``width`` words) or characters (``width`` characters)."""
+    from gpupipe.kernels.hashing import xxh64_strings
+    from gpupipe.kernels.utf8 import utf8_buffers
+
+    if cfg["shingles"] == "words":
+        words = normalized_words(texts)
+        flat = words.flatten()
+        values = xxh64_strings(*utf8_buffers(flat)) if len(flat) else np.zeros(0, np.uint64)
+        offsets = np.asarray(words.offsets, dtype=np.int64)
+        return ngram_sets(values, offsets - offsets[0], cfg["width"])
+    cps = [np.frombuffer(t.encode("utf-32-le"), dtype=np.uint32) for t in texts.to_pylist()]
+    offsets = np.concatenate([[0], np.cumsum([len(c) for c in cps])]).astype(np.int64)
+    values = np.concatenate(cps).astype(np.uint64) if cps else np.zeros(0, np.uint64)
+    return ngram_sets(values, offsets, cfg["width"])
+
+
+class ShingleStep:
+    """Step ``shingles`` (``verify: jaccard``): partition ``i`` -> the shingle sets of its
+    documents that are in a candidate pair (side files ``rows``, ``offsets``, ``hashes``)."""
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+
+    def __call__(self, ctx, i: int) -> Output:
+        from gpupipe import seam
+
+        pairs = ctx.table("pairs")
+        codes = np.zeros(0, np.int64) if pairs is None else np.unique(np.concatenate(
+            [pairs["a"].to_numpy(), pairs["b"].to_numpy()]))
+        part, row = split_codes(codes)
+        rows = row[part == i]
+        if len(rows):
+            texts = text_array(seam.to_host(ctx.read(i)[[TEXT]])[TEXT]).take(pa.array(rows))
+            hashes, offsets = shingle_sets(texts, self.cfg)
+        else:
+            hashes, offsets = np.zeros(0, np.uint64), np.zeros(1, np.int64)
+        return Output(files={"rows": rows, "offsets": offsets, "hashes": hashes})
+
+
+class TrueJaccard:
+    """Step ``jaccard``: file ``i`` of pairs -> the pairs whose shingle sets have a Jaccard
+    similarity at or above ``threshold`` (pairs with an earlier run's document, whose text is
+    not at hand, keep the signature estimate)."""
+
+    def __init__(self, threshold: float):
+        self.threshold = threshold
+
+    def __call__(self, ctx, i: int) -> Output:
+        t = read_file(ctx.files("pairs")[i])
+        a, b = t["a"].to_numpy(), t["b"].to_numpy()
+        sim = t["similarity"].to_numpy().copy()
+        sets: dict[int, tuple] = {}
+
+        def get(code):
+            p, r = split_codes(np.array([code]))
+            p, r = int(p[0]), int(r[0])
+            if p not in sets:
+                sets[p] = tuple(np.load(ctx.side("shingles", k, p, "npy"))
+                                for k in ("rows", "offsets", "hashes"))
+            rows, offsets, hashes = sets[p]
+            j = int(np.searchsorted(rows, r))
+            return hashes[offsets[j]: offsets[j + 1]]
+
+        for k in np.flatnonzero(~(is_old(a) | is_old(b))):
+            x, y = get(a[k]), get(b[k])
+            inter = np.intersect1d(x, y, assume_unique=True).size
+            union = len(x) + len(y) - inter
+            sim[k] = inter / union if union else 1.0
+        ok = sim >= self.threshold
+        return Output(pa.table({"a": a[ok], "b": b[ok], "similarity": sim[ok]}),
+                      counters={"rejected_pairs": int((~ok).sum())})
+
+
+@functools.cache
+def _greedy_kernel():
+    import numba
+
+    @numba.njit(cache=True)
+    def greedy(order, indptr, nbr, sim, fixed):
+        n = order.shape[0]
+        rank = np.empty(n, np.int64)
+        for t in range(n):
+            rank[order[t]] = t
+        kept = np.zeros(n, np.bool_)
+        dup = np.full(n, -1, np.int64)
+        best = np.zeros(n, np.float64)
+        for t in range(n):
+            v = order[t]
+            if fixed[v]:
+                kept[v] = True
+                continue
+            bu, bs = -1, -1.0
+            for e in range(indptr[v], indptr[v + 1]):
+                u = nbr[e]
+                if kept[u] and (sim[e] > bs or (sim[e] == bs and rank[u] < rank[bu])):
+                    bu, bs = u, sim[e]
+            if bu < 0:
+                kept[v] = True
+            else:
+                dup[v] = bu
+                best[v] = bs
+        return kept, dup, best
+
+    return greedy
+
+
+def keep_greedy(a: np.ndarray, b: np.ndarray, sim: np.ndarray, order: np.ndarray,
+                fixed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nodes ``0..n-1`` in ``order``: a node is kept unless an edge ties it to a node kept
+    before it; then it is removed for the kept neighbour it is most similar to (ties: the
+    earlier one). ``fixed`` nodes are kept whatever. So every removal is similar (an edge) to a
+    document that stays, and no chain of pairs ties two unlike documents together.
+    Returns (kept, the node each removed node lost to (-1 for kept), its similarity)."""
+    n = len(order)
+    src, dst, w = np.concatenate([a, b]), np.concatenate([b, a]), np.concatenate([sim, sim])
+    o = np.argsort(src, kind="stable")
+    indptr = np.searchsorted(src[o], np.arange(n + 1)).astype(np.int64)
+    return _greedy_kernel()(np.asarray(order, np.int64), indptr, dst[o].astype(np.int64),
+                            w[o].astype(np.float64), np.asarray(fixed, dtype=np.bool_))
+
+
+_LOSERS = pa.schema([(POS, pa.int64()), (ROW, pa.int64()), ("id", pa.string()),
+                     ("duplicate_of", pa.string()), ("kept", pa.int64()),
+                     ("similarity", pa.float64()), ("component", pa.int64())])
+
+
+class Select:
+    """Step ``select`` (client): the verified pairs -> the documents removed, each with the
+    document it was removed for, their similarity and its component (the smallest document
+    code in it). Memory follows the number of verified pairs, not the size of the corpus."""
+
+    def __init__(self, keep: str, indexes: list[dict], edges: str):
+        self.keep, self.indexes, self.edges = keep, indexes, edges
+
+    def __call__(self, ctx) -> Output:
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
+
+        t = ctx.table(self.edges)
+        if t is None or t.num_rows == 0:
+            return Output(_LOSERS.empty_table(), counters={"verified_pairs": 0, "components": 0})
+        a, b, sim = (t[c].to_numpy() for c in ("a", "b", "similarity"))
+        nodes = np.unique(np.concatenate([a, b]))
+        ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
+        n = len(nodes)
+        ncomp, label = connected_components(
+            coo_matrix((np.ones(len(ia), np.int8), (ia, ib)), shape=(n, n)), directed=False)
+        comp_id = np.full(ncomp, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(comp_id, label, nodes)
+        meta = SignatureStore(ctx, self.indexes).meta(nodes)
+        old = is_old(nodes)
+        kept, dup, best = keep_greedy(ia, ib, sim, rank_order(meta, self.keep), old)
+        lost = np.flatnonzero(~kept & ~old)
+        part, row = split_codes(nodes[lost])
+        sizes = np.bincount(label)
+        q = np.quantile(sizes, [0.5, 0.9, 0.99]) if ncomp else np.zeros(3)
+        counters = {"verified_pairs": len(a), "components": int(ncomp),
+                    "component_size_p50": round(float(q[0]), 2),
+                    "component_size_p90": round(float(q[1]), 2),
+                    "component_size_p99": round(float(q[2]), 2), "component_size_max": int(sizes.max()),
+                    "duplicates_of_earlier_runs": int(old[dup[lost]].sum())}
+        ids = meta["id"].to_numpy()
+        return Output(pa.table({
+            POS: part, ROW: row, "id": pa.array(ids[lost].tolist(), pa.string()),
+            "duplicate_of": pa.array(ids[dup[lost]].tolist(), pa.string()),
+            "kept": nodes[dup[lost]], "similarity": best[lost],
+            "component": comp_id[label[lost]]}, schema=_LOSERS), counters=counters)
 
 
 @stage("fuzzy_dedup")
 class FuzzyDedup(GlobalStage):
-    """Remove near-duplicates: MinHash signatures, LSH bands, connected components.
+    """Remove near-duplicates: MinHash signatures, LSH bands, verified candidate pairs.
 
     ``preset``: ``nemo`` (24-character shingles, MurmurHash3_x86_32, 20 bands x 13 rows,
     seed 42) or ``datatrove`` (normalised word 5-grams, 14 x 8); any field set explicitly
     overrides the preset, and ``threshold`` picks bands x rows for a Jaccard threshold.
-    ``verify`` drops candidate pairs whose signature agreement (a Jaccard estimate) is below
-    ``jaccard_threshold``. One document per component is kept (``keep``); every removal is
-    written to ``dedup/duplicates.parquet/`` with the kept id, component and Jaccard estimate.
-    Signatures are the same bits as cuDF's ``str.minhash`` / ``minhash_ngrams``.
+
+    Candidate pairs (documents sharing a band) are verified before any removal (``verify``):
+    ``signature`` (default) keeps pairs whose signatures agree on at least
+    ``jaccard_threshold`` of their hashes (default: ``threshold``, else the LSH threshold of
+    bands x rows, 0.72 for datatrove, 0.79 for nemo); ``jaccard`` computes the true Jaccard
+    similarity of the two shingle sets, for candidate pairs only; ``off`` trusts the buckets.
+    Then, in ``keep`` order, a document is kept unless it is similar to one already kept, so
+    every removal names a kept document it resembles. Every removal is written to
+    ``dedup/duplicates.parquet/`` with that document's id, the similarity and the component.
+
+    ``against``: earlier run directories whose kept documents count as already seen (their
+    ``dedup/index/fuzzy_dedup/``, which every run writes; built with the same parameters). A
+    near-copy of one of them is removed with ``duplicate_run`` naming the run. Signatures are
+    the same bits as cuDF's ``str.minhash`` / ``minhash_ngrams``.
     """
 
-    uses_work_dir: ClassVar[bool] = True
     reasons: ClassVar[tuple[str, ...]] = ("near_duplicate",)
     #: the signatures (the bulk of the work) and the final drop run on cuDF; bands, buckets,
-    #: candidate checks and components on the host (see `host_steps`)
+    #: candidate checks and the selection on the host (see `host_steps`)
     backends: ClassVar[tuple[str, ...]] = ("pandas", "cudf")
-    host_steps: ClassVar[str] = "LSH buckets, candidate checks and components on the host"
+    host_steps: ClassVar[str] = "LSH buckets, candidate checks and the selection on the host"
 
     preset: Literal["nemo", "datatrove"] = "datatrove"
     shingles: Literal["chars", "words"] | None = None
@@ -206,17 +516,42 @@ class FuzzyDedup(GlobalStage):
     num_hashes: Annotated[int | None, Field(ge=1)] = None
     seed: int | None = None
     bits: Literal[32, 64] | None = None
-    verify: bool = False
-    jaccard_threshold: Annotated[float, Field(gt=0, le=1)] = 0.8
+    #: ``signature`` | ``jaccard`` | ``off`` (``true`` = signature, ``false`` = off)
+    verify: Literal["signature", "jaccard", "off"] | bool = "signature"
+    jaccard_threshold: Annotated[float | None, Field(gt=0, le=1)] = None
     keep: Keep = "first"
-    bands_per_pass: Annotated[int, Field(ge=1)] = 4
-    #: connected components: scipy on the client (``local``), on the cluster (``dask``), or
-    #: by the size of the candidate graph (``auto``: dask above 20 million candidate pairs)
-    components: Literal["auto", "local", "dask"] = "auto"
+    against: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.threshold is not None and (self.bands is not None or self.rows is not None):
             raise ValueError("give threshold or bands/rows, not both")
+
+    def verification(self) -> str:
+        if isinstance(self.verify, bool):
+            return "signature" if self.verify else "off"
+        return self.verify
+
+    def similarity_threshold(self, cfg: dict) -> float:
+        if self.jaccard_threshold is not None:
+            return self.jaccard_threshold
+        if self.threshold is not None:
+            return self.threshold
+        return round(lsh_threshold(cfg["bands"], cfg["rows"]), 4)
+
+    def identity(self) -> dict:
+        return {"against": against_identity(self.against, self.stage_name)} if self.against else {}
+
+    def explain_notes(self) -> list[str]:
+        cfg = self.config()
+        mode = self.verification()
+        how = {"signature": "signature agreement", "jaccard": "true Jaccard of the shingle sets",
+               "off": ""}[mode]
+        check = (f"candidate pairs verified: {how} >= {self.similarity_threshold(cfg):g}"
+                 if mode != "off" else "candidate pairs NOT verified (verify: off)")
+        return [f"{cfg['shingles']} shingles of width {cfg['width']}, {cfg['bands']} bands x "
+                f"{cfg['rows']} rows (LSH threshold "
+                f"{lsh_threshold(cfg['bands'], cfg['rows']):.2f}); {check}; keep {self.keep}",
+                *([f"against earlier runs: {', '.join(self.against)}"] if self.against else [])]
 
     def config(self) -> dict:
         cfg = dict(PRESETS[self.preset])
@@ -239,161 +574,46 @@ class FuzzyDedup(GlobalStage):
         b = rng.integers(0, (1 << 61) - 1, cfg["num_hashes"], dtype=np.uint64)
         return a, b
 
-    def apply(self, ddf, ctx=None):
-        from gpupipe.io import from_partitions
-
-        client, src = ctx.client, ctx.source
+    def steps(self, ctx):
         cfg = self.config()
-        a, b = self.permutations(cfg)
-        # checkpoints in ctx.work_dir (kept while the stage is unchanged): signatures per
-        # partition, then candidate edges per pass of bands — an interrupted run resumes
-        sig_dir = os.path.join(ctx.work_dir, "signatures")
-        n_parts = src.npartitions
-        todo = [i for i in range(n_parts) if not os.path.exists(
-            os.path.join(sig_dir, f"part-{i:05d}.meta.parquet"))]
-        client.gather(client.map(Signatures(src, sig_dir, cfg, a, b, ctx.backend), todo,
-                                 pure=False))
-        counts = [pq.read_metadata(os.path.join(sig_dir, f"part-{i:05d}.meta.parquet")).num_rows
-                  for i in range(n_parts)]
-        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        pass_dirs = []
-        for start in range(0, cfg["bands"], self.bands_per_pass):
-            # one directory of edge files per pass of bands, written by the workers; the
-            # marker says the pass is complete (an interrupted pass is redone)
-            pass_dir = os.path.join(ctx.work_dir, "edges", f"bands-{start:04d}")
-            if not os.path.exists(os.path.join(pass_dir, "_complete")):
-                shutil.rmtree(pass_dir, ignore_errors=True)
-                group = list(range(start, min(start + self.bands_per_pass, cfg["bands"])))
-                keys = from_partitions(BandEdges(sig_dir, group, cfg["rows"], offsets), n_parts,
-                                       _EMPTY_KEYS, "gpupipe-lsh-keys")
-                buckets = keys.shuffle(on=["band", "key"], npartitions=max(1, n_parts))
-                client.compute(buckets.map_partitions(star_edges, meta=_EMPTY_EDGES).to_parquet(
-                    pass_dir, write_index=False, compute=False)).result()
-                with open(os.path.join(pass_dir, "_complete"), "w"):
-                    pass
-            pass_dirs.append(pass_dir)
-        edge_files = sorted(f for d in pass_dirs for f in glob.glob(os.path.join(d, "*.parquet")))
-        n_edges = sum(pq.read_metadata(f).num_rows for f in edge_files)
-        losers_dir = os.path.join(ctx.work_dir, "losers")
-        shutil.rmtree(losers_dir, ignore_errors=True)
-        if self.components == "dask" or (self.components == "auto"
-                                         and n_edges > LOCAL_EDGE_LIMIT):
-            self._losers_on_dask(client, edge_files, sig_dir, offsets, n_parts, losers_dir)
-        else:
-            self._losers_on_client(edge_files, sig_dir, offsets, losers_dir)
+        indexes = open_indexes(self.against, self.stage_name, cfg, ctx.output_dir)
+        mode, threshold = self.verification(), self.similarity_threshold(cfg)
         label = f"{ctx.position}:{self.stage_name}"
-        audit_dir = os.path.join(ctx.output_dir, "dedup", "duplicates.parquet")
-        clear_audit(audit_dir, label)
-        reader = DropLosers(src, losers_dir, audit_dir, label, audit_cols=("component", "jaccard"),
-                            backend=ctx.backend)
-        return from_partitions(reader, n_parts, ctx.meta(), "gpupipe-fuzzy-drop")
-
-    def _losers_on_client(self, edge_files, sig_dir, offsets, losers_dir):
-        """Connected components with scipy on the client: its memory follows the number of
-        candidate pairs (only documents in a pair are loaded), not the size of the corpus."""
-        from scipy.sparse import coo_matrix
-        from scipy.sparse.csgraph import connected_components
-
-        frames = [pd.read_parquet(f) for f in edge_files]
-        pairs = (pd.concat(frames, ignore_index=True) if frames else _EMPTY_EDGES
-                 ).drop_duplicates()
-        sigs = SignatureStore(sig_dir, offsets)
-        if len(pairs) and self.verify:
-            agree = sigs.agreement(pairs["a"].to_numpy(), pairs["b"].to_numpy())
-            pairs = pairs[agree >= self.jaccard_threshold]
-        if len(pairs) == 0:
-            return
-        a, b = pairs["a"].to_numpy(), pairs["b"].to_numpy()
-        nodes = np.unique(np.concatenate([a, b]))  # global document numbers, sorted
-        ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
-        graph = coo_matrix((np.ones(len(ia), dtype=np.int8), (ia, ib)),
-                           shape=(len(nodes), len(nodes)))
-        _, label = connected_components(graph, directed=False)
-        meta = sigs.meta(nodes)
-        part = np.searchsorted(offsets, nodes, side="right") - 1
-        df = pd.DataFrame({"component": label, POS: part, ROW: nodes - offsets[part],
-                           "length": meta["length"].to_numpy(), "id": meta["id"].to_numpy()})
-        lost = ComponentLosers(self.keep, sig_dir, offsets)(df)
-        for part_no, group in lost.groupby(POS, sort=True):
-            d = os.path.join(losers_dir, f"{POS}={int(part_no)}")
-            os.makedirs(d, exist_ok=True)
-            pq.write_table(pa.Table.from_pandas(group.drop(columns=[POS]), preserve_index=False),
-                           os.path.join(d, "losers.parquet"))
-
-    def _losers_on_dask(self, client, edge_files, sig_dir, offsets, n_parts, losers_dir):
-        """Connected components on the cluster (`dask_components`): no machine holds the
-        candidate graph; the kept document of each component is chosen after a shuffle by
-        component."""
-        import dask.dataframe as dd
-
-        from gpupipe.io import from_partitions
-        from gpupipe.stages.dedup.components import dask_components
-
-        if not edge_files:
-            return
-        edges = dd.read_parquet(edge_files)
-        if self.verify:
-            edges = edges.map_partitions(VerifiedEdges(sig_dir, offsets, self.jaccard_threshold),
-                                         meta=_EMPTY_EDGES)
-        labels, _ = dask_components(edges, client, npartitions=max(1, n_parts))
-        nodes = from_partitions(NodeMeta(sig_dir, offsets), n_parts, _NODE_META,
-                                "gpupipe-fuzzy-nodes")
-        df = labels.merge(nodes, left_on="node", right_on="gid").rename(
-            columns={"label": "component"})
-        grouped = df.shuffle(on="component", npartitions=max(1, n_parts))
-        lost = grouped.map_partitions(ComponentLosers(self.keep, sig_dir, offsets),
-                                      meta=losers(pd.DataFrame(), ["component"], self.keep,
-                                                  ("component", "jaccard")))
-        write_losers(client, lost, losers_dir)
+        keyed = ("signatures", "earlier") if indexes else "signatures"
+        steps = [Map("signatures", SignatureStep(cfg, *self.permutations(cfg)),
+                     shuffle_on=("band", "key"))]
+        if indexes:
+            steps.append(Map("earlier", EarlierSignatures(indexes, cfg),
+                             items=len(index_parts(indexes)), shuffle_on=("band", "key")))
+        steps += [Reduce("candidates", _candidates, of=keyed, shuffle_on=("a", "b")),
+                  Reduce("pairs", UniquePairs(indexes, threshold if mode == "signature"
+                                              else None), of="candidates")]
+        edges = "pairs"
+        if mode == "jaccard":
+            steps += [Map("shingles", ShingleStep(cfg)),
+                      Map("jaccard", TrueJaccard(threshold), over="pairs")]
+            edges = "jaccard"
+        steps += [OnClient("select", Select(self.keep, indexes, edges), split_by=POS),
+                  OnClient("prepare", functools.partial(_prepare, self.stage_name, label, cfg)),
+                  Map("drop", functools.partial(_drop, label, [ix["run"] for ix in indexes],
+                                                self.stage_name), output=True)]
+        return steps
 
 
-_NODE_META = pd.DataFrame({"gid": np.zeros(0, np.int64),
-                           "id": pd.Series([], dtype=pd.StringDtype("pyarrow")),
-                           "length": np.zeros(0, np.int64), POS: np.zeros(0, np.int64),
-                           ROW: np.zeros(0, np.int64)})
+def _prepare(stage_name: str, label: str, cfg: dict, ctx) -> Output:
+    clear_audit(ctx.output_dir, label)
+    start_index(ctx.output_dir, stage_name, cfg, ctx.npartitions)
+    return Output()
 
 
-class NodeMeta:
-    """Signature partition ``i`` -> global number, id, length and position of its documents."""
-
-    def __init__(self, sig_dir: str, offsets: np.ndarray):
-        self.sig_dir, self.offsets = sig_dir, offsets
-
-    def __call__(self, i: int) -> pd.DataFrame:
-        t = pq.read_table(os.path.join(self.sig_dir, f"part-{i:05d}.meta.parquet")).to_pandas()
-        rows = np.arange(len(t), dtype=np.int64)
-        return pd.DataFrame({"gid": rows + self.offsets[i],
-                             "id": t["id"].astype(pd.StringDtype("pyarrow")),
-                             "length": t["length"].to_numpy(np.int64),
-                             POS: np.full(len(t), i, np.int64), ROW: rows})
-
-
-class VerifiedEdges:
-    """Keeps the candidate pairs whose signatures agree on at least ``threshold``."""
-
-    def __init__(self, sig_dir: str, offsets: np.ndarray, threshold: float):
-        self.sig_dir, self.offsets, self.threshold = sig_dir, offsets, threshold
-
-    def __call__(self, df: pd.DataFrame) -> pd.DataFrame:
-        if df.empty:
-            return df
-        agree = SignatureStore(self.sig_dir, self.offsets).agreement(
-            df["a"].to_numpy(), df["b"].to_numpy())
-        return df[agree >= self.threshold]
-
-
-class ComponentLosers:
-    """Rows of whole components -> the documents that lose to their component's kept one, with
-    the component id users see (the kept document's global number) and the Jaccard estimate."""
-
-    def __init__(self, keep: str, sig_dir: str, offsets: np.ndarray):
-        self.keep, self.sig_dir, self.offsets = keep, sig_dir, offsets
-
-    def __call__(self, df: pd.DataFrame) -> pd.DataFrame:
-        out = losers(df, ["component"], self.keep)
-        if out.empty:
-            return losers(pd.DataFrame(), ["component"], self.keep, ("component", "jaccard"))
-        lost = self.offsets[out[POS].to_numpy()] + out[ROW].to_numpy()
-        kept = self.offsets[out["kept_part"].to_numpy()] + out["kept_row"].to_numpy()
-        sigs = SignatureStore(self.sig_dir, self.offsets)
-        return out.assign(component=kept.astype(np.int64), jaccard=sigs.agreement(lost, kept))
+def _drop(label: str, runs: list[str], stage_name: str, ctx, i: int) -> Output:
+    """Step ``drop``: partition ``i`` without its removed documents; the signatures and ids of
+    the kept ones become partition ``i`` of this run's index."""
+    frame, mask, n = drop_rows(ctx, i, ctx.bucket("select", i), label, runs,
+                               extra=("similarity", "component"))
+    sig = np.load(ctx.side("signatures", "sig", i, "npy"))[mask]
+    ids = pq.read_table(ctx.side("signatures", "meta", i, "parquet"))["id"].filter(pa.array(mask))
+    d = index_dir(ctx.output_dir, stage_name)
+    write_npy(sig, os.path.join(d, f"part-{i:05d}.sig.npy"))
+    write_parquet(pa.table({"id": ids}), os.path.join(d, f"part-{i:05d}.parquet"))
+    return Output(frame, drops={"near_duplicate": n} if n else {})
