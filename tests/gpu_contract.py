@@ -7,8 +7,9 @@ kept complete by `test_gpu_contract.test_every_gpu_name_in_the_code_is_in_the_co
 reads gpupipe's source for ``cudf.X`` / ``pylibcudf.X`` / ... and fails on a name missing here.
 
 Each entry: (module, dotted attribute, keywords gpupipe passes by name, why).
-Methods called on cuDF objects by the code shared with pandas (``losers``, the seam) are listed
-too, since no static scan can find them.
+Methods called on cuDF objects by the code shared with pandas (the seam, the Filter base class)
+are listed too, since no static scan can find them. (The dedup groups are resolved on the host
+since the step runner: their pandas calls are no longer part of the contract.)
 """
 
 from __future__ import annotations
@@ -18,13 +19,11 @@ CALLS: list[tuple[str, str, tuple[str, ...], str]] = [
     ("cudf", "Series", ("index",), "probe_gpu, keep masks"),
     ("cudf", "Series.from_arrow", (), "string_column, label_column, derived ids"),
     ("cudf", "Series.to_pylibcudf", (), "kernels.gpu.column_buffers (zero-copy buffers)"),
-    ("cudf", "Series.where", (), "string_column (keep=...), dedup.losers"),
+    ("cudf", "Series.where", (), "string_column (keep=...)"),
     ("cudf", "Series.isna", (), "Parquet GPU reader: nulls go to the host reader"),
     ("cudf", "Series.any", (), "Parquet GPU reader"),
     ("cudf", "Series.sum", (), "probe_gpu, byte_size"),
-    ("cudf", "Series.reset_index", ("drop",), "Parquet GPU reader, ExactKeys"),
-    ("cudf", "Series.ffill", (), "dedup.losers"),
-    ("cudf", "Series.astype", (), "dedup.losers"),
+    ("cudf", "Series.reset_index", ("drop",), "Parquet GPU reader"),
     ("cudf", "Series.index", (), "string_column, label_column"),
     ("cudf", "Series.take", (), "take_text: the rows pii_redact rewrites on the host"),
     ("cudf", "Series.to_arrow", (), "take_text"),
@@ -33,11 +32,7 @@ CALLS: list[tuple[str, str, tuple[str, ...], str]] = [
     ("cudf", "DataFrame.to_arrow", ("preserve_index",), "arrow_table, to_host"),
     ("cudf", "DataFrame.reset_index", ("drop",), "filter_rows"),
     ("cudf", "DataFrame.__getitem__", (), "filter_rows (boolean mask), column access"),
-    ("cudf", "DataFrame.assign", (), "Filter annotate mode, ExactKeys, dedup.losers"),
-    ("cudf", "DataFrame.sort_values", (), "dedup.losers (no kind=: cuDF has no stable sort)"),
-    ("cudf", "DataFrame.duplicated", ("keep",), "dedup.losers"),
-    ("cudf", "DataFrame.loc", (), "dedup.losers"),
-    ("cudf", "DataFrame.empty", (), "dedup.losers"),
+    ("cudf", "DataFrame.assign", (), "Filter annotate mode, keep_rejected"),
     ("cudf", "read_parquet", ("columns", "use_pandas_metadata"), "Parquet GPU reader, io-bench"),
     ("cudf.core.column.column", "ColumnBase.access", (), "column_buffers: mark exposed "
      "(mode=, scope= pass through **kwargs to Buffer.access)"),

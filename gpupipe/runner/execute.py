@@ -209,6 +209,7 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     vers = versions()
     fps = fingerprints(segments, _input_identity(pipeline, source), vers["gpupipe"])
     out = pipeline.output.path
+    _check_global_stages(pipeline, out)
     prepare_output(out, pipeline.output.overwrite)
     base = {"status": "running", "started": started, "gpupipe_version": vers["gpupipe"],
             "pipeline": pipeline.to_dict(), "fingerprint": fps[-1]}
@@ -255,6 +256,16 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     }
     write_json(summary, os.path.join(out, "run.json"))
     return RunResult(out, summary)
+
+
+def _check_global_stages(pipeline, out: str) -> None:
+    """Plan every global stage's steps before any work, so that what they refuse (an earlier
+    run's index built with other parameters) stops the run before the first stage runs."""
+    from gpupipe.stages.steps import StepContext
+
+    for pos, st in enumerate(pipeline.stages):
+        if st.kind == "global":
+            st.steps(StepContext(source=None, work_dir="", output_dir=out, position=pos))
 
 
 def _warn_conversions(pipeline, backend: str) -> None:

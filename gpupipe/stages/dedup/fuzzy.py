@@ -92,8 +92,14 @@ def normalized_words(arr) -> pa.Array:
     case, ASCII digits -> 0, split on punctuation, symbols and whitespace (compiled kernel)."""
     from gpupipe.kernels.utf8 import split_words
 
-    arr = pc.utf8_normalize(arr, form="NFKD")
-    arr = pc.replace_substring_regex(arr, pattern=r"\p{Mn}+", replacement="")
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    # ASCII text is its own NFKD and has no combining marks: only the other rows are rewritten
+    other = pc.fill_null(pc.invert(pc.string_is_ascii(arr)), False)
+    if pc.any(other).as_py():
+        rest = pc.utf8_normalize(arr.filter(other), form="NFKD")
+        rest = pc.replace_substring_regex(rest, pattern=r"\p{Mn}+", replacement="")
+        arr = pc.replace_with_mask(arr, other, rest.cast(arr.type))
     return split_words(pc.utf8_lower(arr))
 
 

@@ -123,4 +123,10 @@ def test_an_index_built_with_other_parameters_is_refused(months, client, tmp_pat
                     output=str(tmp_path / "z"),
                     stages=[ExactDedup(against=[str(months["root"] / "oct-in")])]).run(
             client=client, progress=False)
-    assert not os.path.exists(tmp_path / "x" / "data")
+    # refused before any work: the exact_dedup before it never ran
+    pipe = gp.Pipeline(input={"path": str(months["root"] / "nov-in"), "id_column": "id"},
+                       output=str(tmp_path / "w"),
+                       stages=[ExactDedup(), FuzzyDedup(bands=20, rows=5, against=[oct_])])
+    with pytest.raises(SpecError, match="bands=14 there, 20 here"):
+        pipe.run(client=client, progress=False)
+    assert not os.path.exists(tmp_path / "w")
