@@ -275,8 +275,6 @@ class GlobalStage(Stage):
     """
 
     kind: ClassVar[Literal["row", "global"]] = "global"
-    #: the stage keeps intermediate checkpoints in ``ctx.work_dir`` (resumed while unchanged)
-    uses_work_dir: ClassVar[bool] = False
 
     def steps(self, ctx) -> list | None:
         """The stage's steps (`gpupipe.stages.steps`), given a `StepContext`; None to use
