@@ -488,7 +488,9 @@ def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir
 
 def _work_dir(work: str, fp: str) -> str:
     """A global stage's intermediate checkpoints (signatures, bucket edges, ...), kept across
-    runs while the stage's fingerprint is unchanged, so an interrupted stage resumes."""
+    runs while the stage's fingerprint (``fp``, with the partition and bucket counts) is
+    unchanged, so an interrupted stage resumes; otherwise cleared, so no file of another
+    partitioning is ever read."""
     marker = os.path.join(work, "_fingerprint")
     try:
         with open(marker, encoding="utf-8") as f:
@@ -531,9 +533,12 @@ def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, ba
         # the output step's finished partitions are kept while the fingerprint holds
         write_json({"fingerprint": fp, "kind": "global", "complete": False},
                    os.path.join(directory, "_segment.json"))
-        ctx = StepContext(source=source, work_dir=_work_dir(seg.work_directory(out), fp),
-                          output_dir=out, position=seg.positions[0], backend=on,
-                          buckets=max(1, source.npartitions))
+        buckets = max(1, source.npartitions)
+        ctx = StepContext(source=source, output_dir=out, position=seg.positions[0], backend=on,
+                          work_dir=_work_dir(seg.work_directory(out),
+                                             f"{fp} partitions={source.npartitions} "
+                                             f"buckets={buckets}"),
+                          buckets=buckets)
         reports, info = run_steps(client, st, ctx, out_dir=directory, stats_dir=stats_dir,
                                   bar=bar, label=f"[{seg.index}] {st.stage_name}",
                                   key=f"{seg.name}-{fp}")

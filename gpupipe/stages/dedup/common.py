@@ -69,10 +69,14 @@ def group_losers(frame: pd.DataFrame, group_cols: list[str], keep: Keep) -> pd.D
         return frame.assign(kept=np.zeros(0, np.int64), duplicate_of=frame["id"])
     work = frame.iloc[rank_order(frame, keep)]
     work = work.sort_values(group_cols, kind="stable")
-    first = ~work.duplicated(group_cols, keep="first")
-    lost = (~first) & ~is_old(work["doc"].to_numpy())
-    return work.loc[lost].assign(kept=work["doc"].where(first).ffill()[lost].astype("int64"),
-                                 duplicate_of=work["id"].where(first).ffill()[lost])
+    first = ~work.duplicated(group_cols, keep="first").to_numpy()
+    lost = ~first & ~is_old(work["doc"].to_numpy())
+    # each row's group leader: the last first-of-group row at or before it (integer positions,
+    # so 64-bit document codes never pass through float)
+    leader = np.flatnonzero(first)[np.cumsum(first) - 1][lost]
+    return work.iloc[np.flatnonzero(lost)].assign(
+        kept=work["doc"].to_numpy()[leader].astype(np.int64),
+        duplicate_of=work["id"].to_numpy()[leader])
 
 
 # --- the audit: dedup/duplicates.parquet ------------------------------------------------------

@@ -104,21 +104,30 @@ def normalized_words(arr) -> pa.Array:
 
 
 #: buckets of band keys up to this size give every pair of their members as candidates; larger
-#: ones (boilerplate shared by thousands) a star from their first member plus a chain
+#: ones (boilerplate shared by thousands) tie every member to each of their first ``HUBS``
+#: members in keep order, and each member to the next: the first of them that is kept stands
+#: for the whole bucket, without m^2 pairs
 ALL_PAIRS_MAX = 32
+HUBS = 4
 _PAIRS = {"a": pa.int64(), "b": pa.int64()}
 
 
-def band_key_table(sig: np.ndarray, bands: int, rows: int, codes: np.ndarray) -> pa.Table:
-    """(band, key, doc) for every band of every signature."""
+def band_key_table(sig: np.ndarray, bands: int, rows: int, codes: np.ndarray,
+                   rank: np.ndarray, ids: pa.Array | None = None) -> pa.Table:
+    """(band, key, doc, rank[, rid]) for every band of every signature: ``rank`` (and ``rid``,
+    the id, for ``keep: shortest_id``) order a bucket's members as `rank_order` does."""
     sig = np.asarray(sig)
     n = len(codes)
-    return pa.table({
+    cols = {
         "band": np.repeat(np.arange(bands, dtype=np.int64), n),
         "key": np.concatenate([band_keys(sig, b, rows) for b in range(bands)]) if n and bands
         else np.zeros(0, np.uint64),
         "doc": np.tile(codes, bands),
-    })
+        "rank": np.tile(np.asarray(rank, np.int64), bands),
+    }
+    if ids is not None:
+        cols["rid"] = pa.concat_arrays([ids] * bands) if bands else ids.slice(0, 0)
+    return pa.table(cols)
 
 
 def band_keys(sig: np.ndarray, band: int, rows: int) -> np.ndarray:
@@ -137,8 +146,8 @@ class SignatureStep:
     The hashing runs where the partition is (the MinHash kernels on the GPU for cuDF). Word
     shingles are normalised on the host first (NFKD, Arrow), then hashed on the same side."""
 
-    def __init__(self, cfg: dict, a: np.ndarray, b: np.ndarray):
-        self.cfg, self.a, self.b = cfg, a, b
+    def __init__(self, cfg: dict, a: np.ndarray, b: np.ndarray, keep: Keep):
+        self.cfg, self.a, self.b, self.keep = cfg, a, b, keep
 
     def __call__(self, ctx, i: int) -> Output:
         from gpupipe import seam
@@ -157,7 +166,9 @@ class SignatureStep:
         sig = np.asarray(sig)
         ids = text_array(seam.to_host(df[[ID]])[ID]).cast(pa.string())
         length = np.asarray(kernels.count_chars(*buffers), dtype=np.int64)
-        keys = band_key_table(sig, cfg["bands"], cfg["rows"], doc_codes(i, len(df)))
+        keys = band_key_table(sig, cfg["bands"], cfg["rows"], doc_codes(i, len(df)),
+                              -length if self.keep == "longest" else np.zeros(len(df), np.int64),
+                              ids if self.keep == "shortest_id" else None)
         return Output(keys, files={"sig": sig, "meta": pa.table({"id": ids, "length": length})},
                       counters={"documents": len(df)})
 
@@ -165,14 +176,17 @@ class SignatureStep:
 class EarlierSignatures:
     """Step ``earlier``: partition ``i`` of the earlier runs' indexes -> their band keys."""
 
-    def __init__(self, indexes: list[dict], cfg: dict):
-        self.indexes, self.cfg = indexes, cfg
+    def __init__(self, indexes: list[dict], cfg: dict, keep: Keep):
+        self.indexes, self.cfg, self.keep = indexes, cfg, keep
 
     def __call__(self, ctx, i: int) -> Output:
         k, p = index_parts(self.indexes)[i]
         sig = np.load(index_path(self.indexes, old_part(k, p), "sig.npy"))
         codes = doc_codes(old_part(k, p), len(sig))
-        return Output(band_key_table(sig, self.cfg["bands"], self.cfg["rows"], codes),
+        # earlier runs' documents come first in every bucket (they are kept whatever)
+        rank = np.full(len(sig), np.iinfo(np.int64).min, dtype=np.int64)
+        ids = pa.array([""] * len(sig), pa.string()) if self.keep == "shortest_id" else None
+        return Output(band_key_table(sig, self.cfg["bands"], self.cfg["rows"], codes, rank, ids),
                       counters={"earlier_documents": len(sig)})
 
 
@@ -219,11 +233,15 @@ class SignatureStore:
         return (self.rows(a) == self.rows(b)).mean(axis=1)
 
 
-def bucket_pairs(doc: np.ndarray, band: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Candidate pairs ``(a < b)`` of the documents that share a (band, key) bucket; pairs of
-    two earlier documents are left out (those runs are deduplicated already)."""
-    o = np.lexsort((doc, key, band))
-    doc, band, key = doc[o], band[o], key[o]
+def bucket_pairs(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate pairs ``(a < b)`` of the documents that share a (band, key) bucket of the
+    band key ``table``; pairs of two earlier documents are left out (those runs are
+    deduplicated already)."""
+    order = [("band", "ascending"), ("key", "ascending"), ("rank", "ascending")]
+    if "rid" in table.column_names:
+        order.append(("rid", "ascending"))
+    table = table.sort_by(order + [("doc", "ascending")])
+    doc, band, key = (table[c].to_numpy() for c in ("doc", "band", "key"))
     n = len(doc)
     new = np.ones(n, dtype=bool)
     new[1:] = (band[1:] != band[:-1]) | (key[1:] != key[:-1])
@@ -234,11 +252,13 @@ def bucket_pairs(doc: np.ndarray, band: np.ndarray, key: np.ndarray) -> tuple[np
         s = starts[sizes == m][:, None]
         if m <= ALL_PAIRS_MAX:
             i, j = np.triu_indices(int(m), 1)
-            left.append((s + i).ravel())
-            right.append((s + j).ravel())
-        else:
-            left.extend([np.repeat(s, m - 1), (s + np.arange(1, m - 1)).ravel()])
-            right.extend([(s + np.arange(1, m)).ravel(), (s + np.arange(2, m)).ravel()])
+        else:   # each member to the first HUBS members, and to the next one
+            i, j = np.triu_indices(int(m), 1)
+            i, j = i[i < HUBS], j[i < HUBS]
+            i = np.concatenate([i, np.arange(HUBS, m - 1)])
+            j = np.concatenate([j, np.arange(HUBS + 1, m)])
+        left.append((s + i).ravel())
+        right.append((s + j).ravel())
     if not left:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     x, y = doc[np.concatenate(left)], doc[np.concatenate(right)]
@@ -249,8 +269,7 @@ def bucket_pairs(doc: np.ndarray, band: np.ndarray, key: np.ndarray) -> tuple[np
 
 def _candidates(ctx, table: pa.Table) -> Output:
     """Step ``candidates``: one bucket of band keys -> candidate pairs (shuffled by pair)."""
-    a, b = bucket_pairs(table["doc"].to_numpy(), table["band"].to_numpy(),
-                        table["key"].to_numpy())
+    a, b = bucket_pairs(table)
     return Output(pa.table({"a": a, "b": b}))
 
 
@@ -586,10 +605,10 @@ class FuzzyDedup(GlobalStage):
         mode, threshold = self.verification(), self.similarity_threshold(cfg)
         label = f"{ctx.position}:{self.stage_name}"
         keyed = ("signatures", "earlier") if indexes else "signatures"
-        steps = [Map("signatures", SignatureStep(cfg, *self.permutations(cfg)),
+        steps = [Map("signatures", SignatureStep(cfg, *self.permutations(cfg), self.keep),
                      shuffle_on=("band", "key"))]
         if indexes:
-            steps.append(Map("earlier", EarlierSignatures(indexes, cfg),
+            steps.append(Map("earlier", EarlierSignatures(indexes, cfg, self.keep),
                              items=len(index_parts(indexes)), shuffle_on=("band", "key")))
         steps += [Reduce("candidates", _candidates, of=keyed, shuffle_on=("a", "b")),
                   Reduce("pairs", UniquePairs(indexes, threshold if mode == "signature"

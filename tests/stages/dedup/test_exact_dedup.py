@@ -69,3 +69,19 @@ def test_same_result_with_one_worker(planted, tmp_path, client):
 def test_never_adds_rows(client, planted, tmp_path, keep):
     res = run(client, planted, tmp_path / keep, keep=keep)
     assert res.summary["output"]["docs"] == 620 - 20
+
+
+def test_group_losers_keeps_64_bit_codes_exact():
+    import numpy as np
+
+    from gpupipe.stages.dedup.common import doc_codes, group_losers, old_part
+
+    old = int(doc_codes(old_part(3, 5), 1)[0]) + 12345   # > 2**53, odd: not exact in float64
+    new = doc_codes(7, 3)
+    frame = pd.DataFrame({"h1": [1, 1, 1, 2, 2], "h2": [9, 9, 9, 9, 9],
+                          "doc": np.array([new[2], old, new[0], new[1], 2**40 + 3], np.int64),
+                          "id": ["c", "old", "a", "b", "d"], "length": [1, 1, 1, 1, 1]})
+    lost = group_losers(frame, ["h1", "h2"], "first").sort_values("id")
+    assert lost["id"].tolist() == ["a", "c", "d"]
+    assert lost["kept"].tolist() == [old, old, int(new[1])]
+    assert lost["duplicate_of"].tolist() == ["old", "old", "b"]

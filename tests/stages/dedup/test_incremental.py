@@ -49,7 +49,9 @@ def months(planted, client, tmp_path_factory):
     october = root / "runs" / "2026-10"
     gp.Pipeline(input={"path": str(root / "oct-in"), "id_column": "id"}, output=str(october),
                 stages=[ExactDedup(), FuzzyDedup()]).run(client=client, progress=False)
-    return {"root": root, "october": october, "exact": exact, "near": near}
+    order = [r["id"] for k in range(2) for r in rows[k::2]]  # input order: n0.jsonl, n1.jsonl
+    pair = sorted(["nov-twice", new[0]["id"]], key=order.index)
+    return {"root": root, "october": october, "exact": exact, "near": near, "twice": pair}
 
 
 def november(months, out, client):
@@ -74,7 +76,8 @@ def test_new_dump_loses_its_copies_of_earlier_documents_only(months, client, tmp
     got = list(zip(dups["id"], dups["duplicate_of"], runs, dups["stage"]))
     # within the run, the document that came first in input order is kept
     twice = [g for g in got if g[0] == "nov-twice" or g[1] == "nov-twice"]
-    assert len(twice) == 1 and twice[0][2] is None
+    first, second = months["twice"]
+    assert twice == [(second, first, None, "0:exact_dedup")]
     assert sorted(g for g in got if g not in twice) == [e for e in expected if e[1] is not None]
     assert res.stage("exact_dedup")["counters"]["duplicates_of_earlier_runs"] == 10
     assert res.stage("fuzzy_dedup")["counters"]["duplicates_of_earlier_runs"] == 10

@@ -56,6 +56,21 @@ def test_resume_after_a_kill_inside_each_step(client, planted, tmp_path, stage):
         assert files(out / "dedup") == audit, names[k]
         assert again.stage(stage.stage_name)["counters"] == info["counters"], names[k]
         assert again.stage(stage.stage_name)["drops"] == info["drops"]
+    # inside the output step: its finished partitions (file, stats, marker) stay, the segment
+    # is not complete, the others are redone
+    seg = json.loads((out / "data" / "_segment.json").read_text())
+    (out / "data" / "_segment.json").write_text(json.dumps({**seg, "complete": False}))
+    gone = sorted((out / "data" / "_done").iterdir())[1::2]
+    for m in gone:
+        m.unlink()
+        (out / "data" / f"{m.name}.parquet").unlink()
+    again = pipe.run(client=client, progress=False)
+    steps = again.stage(stage.stage_name)["steps"]
+    assert [s["computed"] for s in steps] == [0] * (len(steps) - 1) + [len(gone)]
+    assert len(gone) == 2 and files(out / "data") == expected and files(out / "dedup") == audit
+    assert again.stage(stage.stage_name)["counters"] == info["counters"]
+    assert again.stage(stage.stage_name)["drops"] == info["drops"]
+    assert again.summary["output"]["docs"] == first.summary["output"]["docs"]
 
 
 def test_buckets_route_equal_keys_together(tmp_path):
