@@ -42,7 +42,8 @@ def cmd_run(args) -> int:
     print(result.table())
     acc = result.summary["accounting"]
     out = result.summary["output"]
-    print(f"records in {acc['records_in']:,} = kept {acc['docs_out']:,} + dropped "
+    added = f" + pieces added {acc['added']:,}" if acc.get("added") else ""
+    print(f"records in {acc['records_in']:,}{added} = kept {acc['docs_out']:,} + dropped "
           f"{acc['dropped']:,} + rejected {acc['rejected']:,}")
     print(f"output: {out['data']}  ({out['docs']:,} documents in {out['partitions']} Parquet "
           f"file(s))")

@@ -94,6 +94,8 @@ class Pipeline(PipelineSpec):
                     a, b = ("GPU", "host") if copies[pos] == "device->host" else ("host", "GPU")
                     lines.append(f"        WARNING conversion before {st.stage_name}: every "
                                  f"partition is copied from the {a} to the {b}")
+                if seg.kind == "row":
+                    lines.extend(f"        {st.stage_name}: {note}" for note in st.explain_notes())
                 if st.reasons:
                     lines.append(f"        {st.stage_name} drop reasons: {', '.join(st.reasons)}")
             lines.append(f"        └─ writes {where}/")

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from gpupipe.kernels import (
     clean,
+    contamination,
     hashing,
     langid,
     normalize,
@@ -202,6 +203,21 @@ def _langid_gpu(s: Sample) -> tuple:
 
 TOP, DUP = [2, 3, 4], [5, 6, 7, 8, 9, 10]
 
+
+def _eval_index(s: Sample):
+    """A decontamination index from every other document of the sample (two evaluation sets,
+    13-grams and whole samples of 3 to 12 words), so the scan finds matches, partial and whole."""
+    evals = s.texts.take(np.arange(0, len(s), 2))
+    off, data = utf8.utf8_buffers(evals)
+    keys, rows, words = contamination.sample_keys(off, data, 13, 3)
+    ix = contamination.build_index(keys, rows % 2)
+    lengths = sorted({13, *(int(w) for w in words if 3 <= w < 13)})
+    return ix["keys"], ix["masks"], ix["bloom"], np.array(lengths, np.int64), 2, 4
+
+
+def _contamination(launcher, s: Sample) -> tuple:
+    return tuple(launcher(s.offsets, s.data, *_eval_index(s)))
+
 CHECKS: tuple[Check, ...] = (
     Check("count_chars_words", "length_filter, word_count_filter (whitespace)",
           lambda s: (utf8.count_chars(s.offsets, s.data), utf8.count_words(s.offsets, s.data)),
@@ -258,6 +274,9 @@ CHECKS: tuple[Check, ...] = (
               ngrams=4, seed=1, a=A64, b=B64, bits=64),),
           lambda s: (_gpu().minhash_ngrams(*s.lists, ngrams=4, seed=1, a=A64, b=B64,
                                            bits=64),)),
+    Check("decontamination", "decontaminate (n-grams matched, sets, regions)",
+          lambda s: _contamination(contamination.contamination_scan, s),
+          lambda s: _contamination(_gpu().contamination_scan, s)),
     Check("language_id", "language_id (scores, label, probability)", _langid_cpu, _langid_gpu),
     Check("langid_prepare_check", "language_id (which texts are prepared on the host)",
           lambda s: (langid.langid_needs_prepare(s.offsets, s.data),),

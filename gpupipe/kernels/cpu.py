@@ -5,6 +5,7 @@ A stage computes with ``kernels_for(df).<name>(...)`` and runs on either target 
 from __future__ import annotations
 
 from gpupipe.kernels.clean import clean_text
+from gpupipe.kernels.contamination import contamination_scan
 from gpupipe.kernels.hashing import minhash_buffers as minhash
 from gpupipe.kernels.hashing import minhash_ngrams_buffers as minhash_ngrams
 from gpupipe.kernels.hashing import xxh64_strings
@@ -18,7 +19,7 @@ from gpupipe.kernels.utf8 import count_chars, count_substrings, count_words
 from gpupipe.kernels.words import count_tokens
 
 #: every launcher; `gpupipe.kernels.gpu` has each of them (tested)
-__all__ = ["c4_rewrite", "clean_text", "count_chars", "count_substrings", "count_tokens",
+__all__ = ["c4_rewrite", "clean_text", "contamination_scan", "count_chars", "count_substrings", "count_tokens",
            "count_words", "fineweb_features",
            "gopher_quality_features", "gopher_repetition_features", "langid_identify",
            "langid_needs_prepare",

@@ -29,6 +29,7 @@ from numba import cuda
 from gpupipe.charsets import char_table
 from gpupipe.kernels import (
     clean,
+    contamination,
     hashing,
     langid,
     normalize,
@@ -370,6 +371,18 @@ def _minhash_ngrams_kernel(list_offsets, offsets, data, ngrams, seed, a, b, reg,
 
 
 @cuda.jit
+def _contamination_kernel(offsets, data, fold, keys, masks, bloom, shift, lengths, bpow, ring_p,
+                          ring_s, set_hits, regions, region_masks, hits, hit_sets, nreg):
+    d = cuda.grid(1)
+    if d < hits.shape[0]:
+        r = bpow.shape[0]
+        hits[d], hit_sets[d], nreg[d] = contamination.scan_doc(
+            data, offsets[d], offsets[d + 1], fold, keys, masks, bloom, shift, lengths, bpow,
+            ring_p[d * r:(d + 1) * r], ring_s[d * r:(d + 1) * r], set_hits[d], regions[d],
+            region_masks[d])
+
+
+@cuda.jit
 def _langid_kernel(offsets, data, nextmove, rowbase, out_feat, ptc, prior, log1p, treg, keys,
                    cnt, touched, scores):
     d = cuda.grid(1)
@@ -618,6 +631,33 @@ def minhash(offsets, data, *, seed: int, a, b, width: int, bits: int = 32) -> np
     _launch(_minhash_kernel, n, to_device(offsets), to_device(data), width, seed, to_device(a),
             to_device(b), out, bits == 64)
     return to_host(out)
+
+
+@functools.lru_cache(maxsize=1)
+def _fold_on_device():
+    return to_device(contamination.fold_table())
+
+
+def contamination_scan(offsets, data, keys, masks, bloom, lengths, nsets: int,
+                       max_regions: int) -> tuple[np.ndarray, ...]:
+    """`gpupipe.kernels.contamination.contamination_scan` on the GPU (the index arrays are
+    copied to the device per call: a few MiB)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(offsets) - 1
+    if n == 0 or len(keys) == 0:
+        return contamination.contamination_scan(np.zeros(n + 1, np.int64), np.zeros(0, np.uint8),
+                                                keys, masks, bloom, lengths, nsets, max_regions)
+    r = int(lengths.max()) + 1
+    fold = contamination.fold_table() if _PtxMode.ccs is not None else _fold_on_device()
+    outs = (_zeros((n, nsets), np.int64), _zeros((n, max_regions, 2), np.int64),
+            _zeros((n, max_regions), np.uint64), _zeros(n, np.int64), _zeros(n, np.uint64),
+            _zeros(n, np.int64))
+    _launch(_contamination_kernel, n, to_device(offsets), to_device(data), fold,
+            to_device(keys), to_device(masks), to_device(bloom), 64 - contamination.BLOOM_BITS,
+            to_device(lengths), to_device(contamination.powers(r - 1)), _empty(n * r, np.uint64),
+            _empty(n * r, np.int64), *outs)
+    set_hits, regions, region_masks, hits, hit_sets, nreg = (to_host(x) for x in outs)
+    return hits, hit_sets, nreg, set_hits, regions, region_masks
 
 
 def minhash_ngrams(list_offsets, offsets, data, *, ngrams: int, seed: int, a, b,

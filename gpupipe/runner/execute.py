@@ -362,6 +362,8 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
     dropped = sum(sum(s["drops"].values()) for s in stage_stats)
     rejected_records = sum(v for k, v in read["rejected"].items() if k != "corrupt_file")
     records_in = read["docs"] + rejected_records
+    # documents a stage split in pieces (decontaminate's cut): the pieces beyond the first
+    added = sum(s.get("counters", {}).get("documents_added", 0) for s in stage_stats)
     return {
         "input": {"format": pipeline.input.resolved_format(), "files": read["files"],
                   "partitions": len(read_reports)},
@@ -370,9 +372,9 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
         "segments": seg_info,
         "output": {"path": out, "data": os.path.join(out, "data"), "partitions": len(reports),
                    "docs": docs_prev, "bytes": bytes_prev},
-        "accounting": {"records_in": records_in, "docs_out": docs_prev, "dropped": dropped,
-                       "rejected": rejected_records,
-                       "balanced": records_in == docs_prev + dropped + rejected_records},
+        "accounting": {"records_in": records_in, "added": added, "docs_out": docs_prev,
+                       "dropped": dropped, "rejected": rejected_records,
+                       "balanced": records_in + added == docs_prev + dropped + rejected_records},
     }
 
 
@@ -476,7 +478,13 @@ def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir
         with open(os.path.join(stats_dir, part_name(i) + ".json"), encoding="utf-8") as f:
             reports.append(json.load(f))
     if todo:
+        for st in seg.stages:
+            note = st.prepare()
+            if note:
+                log.info("[%s] %s: %s", seg.index, st.stage_name, note)
         stages = list(zip(seg.positions, seg.stages))
+        # shipped to every worker once, not with each task (a stage may carry an index)
+        [stages] = client.scatter([stages], broadcast=True, hash=False)
         futures = client.map(run_row_partition, todo, source=source, stages=stages,
                              out_dir=directory, stats_dir=stats_dir, rejected_dir=rejected_dir,
                              filter_rejected=filter_rejected, backend=backend,

@@ -8,6 +8,7 @@
 from gpupipe.stages.base import Filter, GlobalStage, RowStage, Stage, StageResult, Transform, stage
 from gpupipe.stages.dedup.exact import ExactDedup
 from gpupipe.stages.dedup.fuzzy import FuzzyDedup
+from gpupipe.stages.filters.decontaminate import Decontaminate
 from gpupipe.stages.filters.language import LanguageId
 from gpupipe.stages.filters.length_filter import LengthFilter
 from gpupipe.stages.filters.quality import (
@@ -30,6 +31,7 @@ __all__ = [
     "SymbolRatioFilter",
     "WordCountFilter",
     "C4Quality",
+    "Decontaminate",
     "ExactDedup",
     "FuzzyDedup",
     "Filter",

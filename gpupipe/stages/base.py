@@ -117,8 +117,9 @@ class Stage:
     def describe(self) -> str:
         """``name(param=value, ...)`` listing parameters that differ from their defaults."""
         changed = []
+        params = self.params()
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
+            value = params[f.name]
             default = field_default(f)
             default = None if default is dataclasses.MISSING else default
             if value != default:
@@ -142,6 +143,12 @@ class Stage:
     def explain_notes(self) -> list[str]:
         """Lines ``explain`` shows under the stage (settings derived from the parameters)."""
         return []
+
+    def prepare(self) -> str | None:
+        """Called once on the client before the stage's partitions run: build what every task
+        shares (an index, a table) and keep it on the stage, which the runner then ships to
+        each worker once. Returns a line for the log, or None."""
+        return None
 
 
 class RowStage(Stage):

@@ -142,7 +142,7 @@ def test_bad_input_skip_counts_and_sets_aside(client, tmp_path, small_corpus):
     assert read["rejected"] == {"bad_utf8": 1, "malformed_json": 1, "missing_text": 1}
     assert read["blank_lines"] == 1 and read["docs"] == 301
     acc = res.summary["accounting"]
-    assert acc == {"records_in": 304, "docs_out": res.summary["output"]["docs"],
+    assert acc == {"records_in": 304, "added": 0, "docs_out": res.summary["output"]["docs"],
                    "dropped": acc["dropped"], "rejected": 3, "balanced": True}
     rej = pq.read_table(tmp_path / "o" / "rejected" / "read" / "part-00003.parquet").to_pylist()
     assert [(r["line"], r["reason"]) for r in rej] == [(2, "malformed_json"), (4, "bad_utf8"),
