@@ -41,7 +41,7 @@ class Pipeline(PipelineSpec):
     def plan(self):
         from gpupipe.runner.plan import plan
 
-        return plan(self.stages)
+        return plan(self.all_stages())
 
     def explain(self) -> str:
         """Stages in order, how they fuse into tasks, global boundaries and the backend."""
@@ -57,14 +57,28 @@ class Pipeline(PipelineSpec):
             # show the plan a GPU machine would run, so it can be checked before going there
             backend_line = f"{self.backend} — not usable on this machine: {e}"
             run_backend = self.backend
-        per_stage = dict(zip(map(id, self.stages), stage_backends(self.stages, run_backend)))
+        stages = self.all_stages()
+        per_stage = dict(zip(map(id, stages), stage_backends(stages, run_backend)))
         copies = conversions(self.plan(), run_backend)
-        inp = self.input
-        lines = [
-            f"pipeline {self.name!r}",
-            f"  input    {inp.resolved_format()}: {', '.join(inp.paths())}  "
-            f"(text_column={inp.text_column}, id_column={inp.id_column or '<file>:<line>'}, "
-            f"on_error={inp.on_error})",
+        lines = [f"pipeline {self.name!r}"]
+        for name, inp in self.sources().items():
+            label = "input   " if self.inputs is None else f"input {name}:"
+            lines.append(
+                f"  {label} {inp.resolved_format()}: {', '.join(inp.paths())}  "
+                f"(text_column={inp.text_column}, id_column={inp.id_column or '<file>:<line>'}, "
+                f"on_error={inp.on_error})")
+            for st in getattr(inp, "stages", []):
+                lines.append(f"      its own stage: {st.describe()}")
+        if self.mixture is not None:
+            m = self.mixture
+            shares = ", ".join(f"{k} {v:.1%}" for k, v in m.shares().items())
+            what = (f"one set of shards, {m.total_tokens:,} train tokens" if m.total_tokens
+                    else "one set of shards, the most tokens no source needs repeating for")
+            lines.append(f"  mixture  token shares {shares}; " + (
+                what if m.mode == "materialize" else
+                "shards per source and Megatron blend weights (data_args.txt)") +
+                f"; draw seed {m.seed}")
+        lines += [
             f"  backend  {backend_line}",
             f"  cluster  {_cluster_line(self.cluster)}",
             f"  output   {self.output.path}",
@@ -77,7 +91,9 @@ class Pipeline(PipelineSpec):
         for seg in self.plan():
             where = os.path.relpath(seg.directory(self.output.path), self.output.path)
             if seg.kind == "row":
-                steps = (["read " + inp.resolved_format()] if seg.reads_input else
+                read = ("read " + self.input.resolved_format() if self.inputs is None else
+                        "read " + ", ".join(self.inputs))
+                steps = ([read] if seg.reads_input else
                          ["read checkpoint"]) + [s.describe() for s in seg.stages]
                 lines.append(f"  [{seg.index}] row-local, fused: " + "  →  ".join(steps))
             else:

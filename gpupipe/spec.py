@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationError,
     WithJsonSchema,
@@ -236,6 +237,42 @@ ClusterSpec = Annotated[
 SPLITS = ("train", "valid", "test")
 
 
+class SourceSpec(InputSpec):
+    """One named input of ``inputs:``, with stages of its own (row-local) that run on its
+    documents before the shared ones."""
+
+    stages: list[Annotated[Stage, WithJsonSchema({"type": "object"})]] = Field(
+        default_factory=list, description="row-local stages for this source only")
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    @field_validator("stages", mode="before")
+    @classmethod
+    def _build_stages(cls, value):
+        if not isinstance(value, list):
+            raise ValueError("expected a list of stages")
+        return [build_stage(v, f"stages[{i}]") for i, v in enumerate(value)]
+
+
+class MixtureSpec(BaseModel):
+    """How the sources of ``inputs:`` are blended in the shards."""
+
+    model_config = _STRICT
+    weights: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        description="token share of each source in the output (normalised to sum to 1)")
+    mode: Literal["materialize", "weights"] = Field(
+        "materialize", description="materialize: one set of shards holding the shares; "
+                                   "weights: shards per source and Megatron blend weights")
+    total_tokens: Annotated[int | None, Field(ge=1)] = Field(
+        None, description="materialize: tokens of the mixed train split; default: the largest "
+                          "total that needs no source repeated")
+    seed: int = Field(0, description="seed of the draw of documents (by id)")
+
+    def shares(self) -> dict[str, float]:
+        total = sum(self.weights.values())
+        return {k: v / total for k, v in self.weights.items()}
+
+
 class ShardSpec(BaseModel):
     """Training shards written after a ``tokenize`` stage (``<output>/shards/``)."""
 
@@ -299,7 +336,9 @@ class PipelineSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
     version: Literal[1] = 1
     name: str = "pipeline"
-    input: InputSpec
+    input: InputSpec | None = None
+    inputs: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")], SourceSpec] | None = None
+    mixture: MixtureSpec | None = None
     backend: Literal["auto", "pandas", "cudf"] = "auto"
     cluster: ClusterSpec = Field(default_factory=LocalClusterSpec)
     stages: list[Annotated[Stage, WithJsonSchema({"type": "object"})]] = Field(
@@ -307,6 +346,7 @@ class PipelineSpec(BaseModel):
     output: OutputSpec
     io: IoSpec = Field(default_factory=IoSpec)
     seed: int = 0
+    _all_stages: list | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any):
         # Python construction reports problems like a pipeline file does (SpecError);
@@ -337,6 +377,56 @@ class PipelineSpec(BaseModel):
     def _input_path(cls, value):
         return {"path": os.fspath(value)} if isinstance(value, (str, os.PathLike)) else value
 
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _inputs_paths(cls, value):
+        if isinstance(value, dict):
+            return {k: {"path": os.fspath(v)} if isinstance(v, (str, os.PathLike)) else v
+                    for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _one_input(self):
+        if (self.input is None) == (self.inputs is None):
+            raise ValueError("give input (one source) or inputs (named sources), not both"
+                             if self.input is not None else "input (or inputs) is required")
+        if self.inputs is not None:
+            if not self.inputs:
+                raise ValueError("inputs: name at least one source")
+            for name, src in self.inputs.items():
+                for i, st in enumerate(src.stages):
+                    if st.kind != "row" or st.stage_name == "tokenize":
+                        raise ValueError(f"inputs.{name}.stages[{i}] ({st.stage_name}): a "
+                                         f"source's own stages must be row-local filters or "
+                                         f"transforms; put it in the shared stages")
+        if self.mixture is not None:
+            if self.inputs is None:
+                raise ValueError("mixture needs inputs: (named sources) to blend")
+            if set(self.mixture.weights) != set(self.inputs):
+                raise ValueError(f"mixture.weights must name every source of inputs exactly "
+                                 f"(inputs: {', '.join(self.inputs)}; weights: "
+                                 f"{', '.join(self.mixture.weights)})")
+            if not any(s.stage_name == "tokenize" for s in self.stages):
+                raise ValueError("mixture: the token shares need a tokenize stage at the end")
+        return self
+
+    def sources(self) -> dict[str, InputSpec]:
+        """Every input by name (a single ``input:`` is named ``input``)."""
+        return dict(self.inputs) if self.inputs is not None else {"input": self.input}
+
+    def all_stages(self) -> list[Stage]:
+        """What the runner executes: each source's own stages (wrapped so that they see only
+        that source's documents), then the shared stages."""
+        from gpupipe.stages.sources import ForSource
+
+        if self.inputs is None:
+            return self.stages
+        if self._all_stages is None:
+            self._all_stages = [ForSource(source=name, inner=st)
+                                for name, src in self.inputs.items()
+                                for st in src.stages] + list(self.stages)
+        return self._all_stages
+
     @model_validator(mode="after")
     def _tokenize_last(self):
         names = [s.stage_name for s in self.stages]
@@ -364,11 +454,16 @@ class PipelineSpec(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved pipeline (every default filled in), as a pipeline file would say it."""
-        data = self.model_dump(mode="json", exclude={"stages"})
+        data = self.model_dump(mode="json", exclude={"stages", "inputs"})
         data["stages"] = [s.to_dict() for s in self.stages]
-        order = ["version", "name", "input", "backend", "cluster", "stages", "output", "io",
-                 "seed"]
-        return {k: data[k] for k in order}
+        if self.inputs is not None:
+            data["inputs"] = {k: {**v.model_dump(mode="json", exclude={"stages"}),
+                                  "stages": [s.to_dict() for s in v.stages]}
+                              for k, v in self.inputs.items()}
+        order = ["version", "name", "input", "inputs", "backend", "cluster", "stages",
+                 "mixture", "output", "io", "seed"]
+        return {k: data[k] for k in order
+                if k in data and not (k in ("input", "inputs", "mixture") and data[k] is None)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -121,7 +121,11 @@ def _input_identity(pipeline, source) -> dict:
     for f in source.files:
         st = os.stat(f)
         files.append([os.path.abspath(f), st.st_size, st.st_mtime_ns])
-    spec = pipeline.input.model_dump(mode="json", exclude={"path"})
+    if pipeline.inputs is None:
+        spec = pipeline.input.model_dump(mode="json", exclude={"path"})
+    else:
+        spec = {k: v.model_dump(mode="json", exclude={"path", "stages"})
+                for k, v in pipeline.inputs.items()}
     return {"input": spec, "files": files}
 
 
@@ -136,6 +140,16 @@ def effective_blocksize(input_spec, cluster=None, device_memory: int | None = No
         if device_memory:
             return int(device_memory * cluster.partition_fraction)
     return int(input_spec.blocksize) if input_spec.blocksize is not None else None
+
+
+def make_pipeline_source(pipeline):
+    """The source of a pipeline: its input, or its named inputs read as one."""
+    if pipeline.inputs is None:
+        return make_source(pipeline.input, pipeline.cluster)
+    from gpupipe.io.multi import MultiSource
+
+    return MultiSource(tuple(pipeline.inputs), tuple(make_source(spec, pipeline.cluster)
+                                                     for spec in pipeline.inputs.values()))
 
 
 def make_source(input_spec, cluster=None):
@@ -178,7 +192,11 @@ def _check_parquet_columns(path: str, input_spec) -> None:
 def count_block_lines(client, source, bar):
     """Line numbers before every block of split files (needed for derived ids), in parallel."""
     from gpupipe.io.jsonl import count_newlines
+    from gpupipe.io.multi import MultiSource
 
+    if isinstance(source, MultiSource):
+        return dataclasses.replace(source, sources=tuple(
+            count_block_lines(client, s, bar) for s in source.sources))
     if not getattr(source, "needs_line_bases", lambda: False)():
         return source
     paths = [source.files[fi] for fi, _, _ in source.blocks]
@@ -200,8 +218,8 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     t_start = time.perf_counter()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     backend = resolve_backend(pipeline.backend)
-    source = make_source(pipeline.input, pipeline.cluster)
-    segments = plan(pipeline.stages)
+    source = make_pipeline_source(pipeline)
+    segments = plan(pipeline.all_stages())
     _warn_conversions(pipeline, backend.name)
     if backend.name == "cudf" and pipeline.cluster.kind == "local":
         log.warning("backend: cudf on a local CPU cluster: every worker process shares the first "
@@ -263,7 +281,7 @@ def _check_global_stages(pipeline, out: str) -> None:
     run's index built with other parameters) stops the run before the first stage runs."""
     from gpupipe.stages.steps import StepContext
 
-    for pos, st in enumerate(pipeline.stages):
+    for pos, st in enumerate(pipeline.all_stages()):
         if st.kind == "global":
             st.steps(StepContext(source=None, work_dir="", output_dir=out, position=pos))
 
@@ -273,11 +291,12 @@ def _warn_conversions(pipeline, backend: str) -> None:
     (what `explain` shows)."""
     from gpupipe.runner.plan import conversions
 
-    for pos, direction in sorted(conversions(plan(pipeline.stages), backend).items()):
+    stages = pipeline.all_stages()
+    for pos, direction in sorted(conversions(plan(stages), backend).items()):
         a, b = ("GPU", "host") if direction == "device->host" else ("host", "GPU")
         log.warning("stages[%d] %s: every partition is copied from the %s to the %s before it "
-                    "(it runs on %s)", pos, pipeline.stages[pos].stage_name, a, b,
-                    pipeline.stages[pos].runs_on(backend))
+                    "(it runs on %s)", pos, stages[pos].stage_name, a, b,
+                    stages[pos].runs_on(backend))
 
 
 def _load_state(directory: str) -> dict | None:
@@ -310,13 +329,13 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
             if state is not None:
                 log.info("%s: pipeline or input changed since the last run; recomputing", seg.name)
             stale = [seg.work_directory(out)] if upstream_changed else []
-            kept = [rejected_directory(out, pipeline.stages, p) for p in seg.positions]
+            kept = [rejected_directory(out, pipeline.all_stages(), p) for p in seg.positions]
             _reset(directory, stats_dir, *stale, *kept,
                    *([rejected_dir] if seg.reads_input else []))
             state = None
         t0 = time.perf_counter()
         if seg.kind == "row":
-            filter_rejected = {p: rejected_directory(out, pipeline.stages, p)
+            filter_rejected = {p: rejected_directory(out, pipeline.all_stages(), p)
                                for p, st in zip(seg.positions, seg.stages)
                                if getattr(st, "keep_rejected", False)}
             reports, computed = _run_row_segment(client, seg, fp, source, directory, stats_dir,
@@ -344,6 +363,16 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
             if info is not None:  # a stage of steps reports its own drops and counters
                 stage_stats[-1].update(drops=info["drops"], counters=info["counters"],
                                        steps=info["steps"])
+            if any("by_source" in r for r in reports):
+                outs: dict[str, int] = {}
+                for r in reports:
+                    for k, v in r.get("by_source", {}).items():
+                        outs[k] = outs.get(k, 0) + v
+                before = stage_stats[-2]["by_source"] if len(stage_stats) > 1 and \
+                    "by_source" in stage_stats[-2] else {}
+                stage_stats[-1]["by_source"] = {
+                    k: {"docs_in": before.get(k, {}).get("docs_out", 0),
+                        "docs_out": outs.get(k, 0)} for k in sorted(set(before) | set(outs))}
         upstream_changed = upstream_changed or computed > 0
         docs_prev = sum(r["docs_out"] for r in reports)
         bytes_prev = sum(r["bytes_out"] for r in reports)
@@ -352,8 +381,9 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
                          "directory": os.path.relpath(directory, out), "partitions": len(reports),
                          "computed": computed, "reused": len(reports) - computed,
                          "seconds": round(time.perf_counter() - t0, 3)})
-        extra = sorted({c for st in pipeline.stages[: (seg.positions[-1] + 1 if seg.positions else 0)]
-                        for c in st.added_columns()})
+        extra = sorted({c for st in pipeline.all_stages()[: (seg.positions[-1] + 1
+                                                             if seg.positions else 0)]
+                        for c in st.added_columns()} | ({"source"} if pipeline.inputs else set()))
         files = tuple(os.path.join(directory, part_name(i) + ".parquet") for i in range(len(reports)))
         source = ParquetSource(files=files, root=directory, text_column="text", id_column="id",
                                columns=tuple(extra))
@@ -364,9 +394,12 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
     records_in = read["docs"] + rejected_records
     # documents a stage split in pieces (decontaminate's cut): the pieces beyond the first
     added = sum(s.get("counters", {}).get("documents_added", 0) for s in stage_stats)
+    by_source = _source_accounting(read_reports, stage_stats) if pipeline.inputs else None
     return {
-        "input": {"format": pipeline.input.resolved_format(), "files": read["files"],
-                  "partitions": len(read_reports)},
+        **({"sources": by_source} if by_source else {}),
+        "input": {"format": pipeline.input.resolved_format() if pipeline.input else {
+                      k: v.resolved_format() for k, v in pipeline.inputs.items()},
+                  "files": read["files"], "partitions": len(read_reports)},
         "read": read,
         "stages": stage_stats,
         "segments": seg_info,
@@ -376,6 +409,28 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
                        "dropped": dropped, "rejected": rejected_records,
                        "balanced": records_in + added == docs_prev + dropped + rejected_records},
     }
+
+
+def _source_accounting(read_reports: list[dict], stage_stats: list[dict]) -> dict:
+    """Per named input: records read, set aside, kept, and whether every stage's documents in
+    equal the documents out of the stage before it (the first: the documents read)."""
+    out: dict[str, dict] = {}
+    for r in read_reports:
+        got = out.setdefault(r.get("source_name", "?"), {"records_in": 0, "rejected": 0})
+        got["records_in"] += r["read"]["docs"] + sum(
+            v for k, v in r["read"].get("rejected", {}).items() if k != "corrupt_file")
+        got["rejected"] += sum(v for k, v in r["read"].get("rejected", {}).items()
+                               if k != "corrupt_file")
+    for name, got in out.items():
+        prev = got["records_in"] - got["rejected"]
+        chain = True
+        for st in stage_stats:
+            s = st.get("by_source", {}).get(name, {"docs_in": prev, "docs_out": prev})
+            chain &= s["docs_in"] == prev
+            prev = s["docs_out"]
+        got.update(docs_out=prev, removed_by_stages=got["records_in"] - got["rejected"] - prev,
+                   balanced=chain)
+    return dict(sorted(out.items()))
 
 
 def _wait(futures, bar, label: str) -> list[dict]:

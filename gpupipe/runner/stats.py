@@ -38,6 +38,13 @@ def merge_stages(reports: list[dict], stages: list, positions: tuple,
                     entry["device_seconds"] += s.get("device_seconds", 0.0)
                     entry["drops"].update(s["drops"])
                     entry["counters"].update(s["counters"])
+                    for k, (a, b) in s.get("by_source", {}).items():
+                        got = entry.setdefault("by_source", {}).setdefault(k, [0, 0])
+                        got[0] += a
+                        got[1] += b
+        if "by_source" in entry:
+            entry["by_source"] = {k: {"docs_in": a, "docs_out": b}
+                                  for k, (a, b) in sorted(entry["by_source"].items())}
         entry["drops"] = dict(sorted(entry["drops"].items()))
         entry["counters"] = dict(sorted(entry["counters"].items()))
         entry["seconds"] = round(entry["seconds"], 4)
@@ -66,7 +73,9 @@ def format_table(summary: dict) -> str:
                   _reasons(read["rejected"], "rejected") or f"{read['files']} file(s)")
     for st in summary["stages"]:
         notes = _reasons(st["drops"], "") or _reasons(st.get("counters", {}), "")
-        table.add_row(f"{st['position']}: {st['stage']}", f"{st['docs_in']:,}",
+        only = st.get("params", {}).get("source") if isinstance(st.get("params"), dict) else None
+        label = f"{only}: {st['stage']}" if isinstance(only, str) else st["stage"]
+        table.add_row(f"{st['position']}: {label}", f"{st['docs_in']:,}",
                       f"{st['docs_out']:,}", _pct(st["docs_out"], st["docs_in"]),
                       f"{st['bytes_in'] / 1e6:.2f}", f"{st['bytes_out'] / 1e6:.2f}",
                       f"{st['seconds']:.2f}", notes)

@@ -12,7 +12,7 @@ import pyarrow as pa
 from gpupipe import seam
 from gpupipe.frame import TEXT
 from gpupipe.io.writer import write_json, write_npy, write_parquet
-from gpupipe.runner.tasks import _touch, marker_path, part_name
+from gpupipe.runner.tasks import _touch, marker_path, part_name, source_counts
 from gpupipe.stages.steps import (
     Map,
     OnClient,
@@ -65,6 +65,9 @@ def run_task(i: int, *, step, ctx: StepContext, out_dir: str | None = None,
     if step.output:
         frame = out.table.reset_index(drop=True)
         report.update(docs_out=len(frame), bytes_out=seam.byte_size(frame[TEXT]))
+        by_source = source_counts(frame)
+        if by_source is not None:
+            report["by_source"] = by_source
         write_parquet(seam.arrow_table(frame), os.path.join(out_dir, part_name(i) + ".parquet"))
         report["seconds"] = time.perf_counter() - t0
         write_json(report, os.path.join(stats_dir, part_name(i) + ".json"))

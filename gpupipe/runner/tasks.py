@@ -28,9 +28,11 @@ def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = N
     moved to the backend that stage runs on (a no-op when it is there already), and the stage's
     ``device_seconds`` are its seconds when it ran on the GPU."""
     from gpupipe.backend import to_backend
+    from gpupipe.stages.sources import ForSource
 
     stats = []
     nbytes = seam.byte_size(df[TEXT])
+    per_source = source_counts(df)
     for pos, st in stages:
         t0 = time.perf_counter()
         docs_in, bytes_in = len(df), nbytes
@@ -49,6 +51,13 @@ def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = N
         df = result.frame
         nbytes = seam.byte_size(df[TEXT])
         seconds = time.perf_counter() - t0
+        if isinstance(st, ForSource) and per_source is not None and \
+                st.source not in per_source:   # a source's own stage, another source's documents
+            stats.append({"position": pos, "stage": st.stage_name, "docs_in": 0, "docs_out": 0,
+                          "bytes_in": 0, "bytes_out": 0, "drops": {}, "counters": {},
+                          "seconds": seconds, "backend": on, "device_seconds": 0.0,
+                          "by_source": {}})
+            continue
         stats.append({
             "position": pos,
             "stage": st.stage_name,
@@ -62,7 +71,20 @@ def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = N
             "backend": on,
             "device_seconds": seconds if on != "pandas" else 0.0,
         })
+        if per_source is not None:
+            out = source_counts(df)
+            stats[-1]["by_source"] = {k: [per_source.get(k, 0), out.get(k, 0)]
+                                      for k in sorted(set(per_source) | set(out))}
+            per_source = out
     return df, stats
+
+
+def source_counts(df) -> dict[str, int] | None:
+    """Documents per source (the ``source`` column of named inputs), or None without one."""
+    if "source" not in df.columns:
+        return None
+    names = seam.to_host(df[["source"]])["source"]
+    return {str(k): int(v) for k, v in names.value_counts().items()}
 
 
 def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
@@ -80,6 +102,8 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
     first = stages[0][1].runs_on(backend) if stages else "pandas"
     result = read_partition(source, i, first)
     report = {"partition": i, "source": source.describe(i)}
+    if hasattr(source, "source_of"):
+        report["source_name"] = source.source_of(i)
     if rejected_dir is not None:
         report["read"] = {**result.stats, "rejected": dict(result.rejected_counts),
                           "seconds": time.perf_counter() - t0}
