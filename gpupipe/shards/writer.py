@@ -24,13 +24,19 @@ from gpupipe.io.writer import write_bytes, write_json, write_npy
 from gpupipe.shards.megatron import write_indexed
 from gpupipe.shards.routing import SPLIT_ORDER, assign_splits, doc_keys, ranges
 
-DOC_DTYPE = np.dtype([("split", "u1"), ("key", "<u8"), ("length", "<i8"), ("offset", "<i8")])
+DOC_DTYPE = np.dtype([("split", "u1"), ("key", "<u8"), ("length", "<i8"), ("offset", "<i8"),
+                      ("source", "u1"), ("draw", "<f8")])
+#: salt of the mixture's draw, so that it is independent of the split drawn with the same seed
+_MIX_SALT = 0x6D6978747572  # "mixtur"
 FORMAT = "megatron-mmidx-v1"
 
 
 def route_partition(p: int, data_file: str, *, route_dir: str, seed: int, fractions: dict,
-                    dtype: str, vocab_size: int) -> dict:
-    table = pq.read_table(data_file, columns=["id", "tokens"])
+                    dtype: str, vocab_size: int, sources: tuple[str, ...] = (),
+                    mix_seed: int = 0) -> dict:
+    """Route one tokenized partition. With named ``sources`` every document also gets its
+    source's number and the mixture's draw, a uniform number from (id, ``mix_seed``)."""
+    table = pq.read_table(data_file, columns=["id", "tokens"] + (["source"] if sources else []))
     ids = table.column("id").to_pylist()
     col = table.column("tokens").combine_chunks()
     lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -45,6 +51,13 @@ def route_partition(p: int, data_file: str, *, route_dir: str, seed: int, fracti
     docs = np.empty(len(ids), dtype=DOC_DTYPE)
     docs["split"] = assign_splits(keys, fractions)
     docs["key"], docs["length"], docs["offset"] = keys, lengths, offsets
+    docs["source"], docs["draw"] = 0, 0.0
+    if sources:
+        names = table.column("source").to_pylist()
+        index = {n: k for k, n in enumerate(sources)}
+        docs["source"] = [index[n] for n in names]
+        mix = doc_keys(ids, (mix_seed ^ _MIX_SALT) % 2**64)
+        docs["draw"] = (mix >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
     write_npy(flat, os.path.join(route_dir, f"part-{p:05d}.tokens.npy"))
     write_npy(docs, os.path.join(route_dir, f"part-{p:05d}.docs.npy"))
     tokens_per_split = {s: int(lengths[docs["split"] == k].sum()) for k, s in
@@ -53,9 +66,39 @@ def route_partition(p: int, data_file: str, *, route_dir: str, seed: int, fracti
     return {"partition": p, "tokens": tokens_per_split, "docs": docs_per_split}
 
 
-def gather_shard(split: str, shard: int, n_shards: int, *, route_dir: str,
-                 partitions: int) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens and lengths of one shard's documents, in ascending key order.
+def copy_keys(docs: np.ndarray, copies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every copy of the documents (``copies`` each): (row of its document, shuffle key). Copy
+    0 keeps the document's key; repeat ``r`` gets ``fmix64(key + r * golden)``, a key of its own,
+    so repeats land in other shards and places."""
+    rows = np.repeat(np.arange(len(docs)), copies)
+    start = np.cumsum(copies) - copies
+    rep = (np.arange(len(rows)) - np.repeat(start, copies)).astype(np.uint64)
+    keys = docs["key"][rows]
+    with np.errstate(over="ignore"):
+        k = keys + rep * np.uint64(0x9E3779B97F4A7C15)
+        k ^= k >> np.uint64(33)
+        k *= np.uint64(0xFF51AFD7ED558CCD)
+        k ^= k >> np.uint64(33)
+        k *= np.uint64(0xC4CEB9FE1A85EC53)
+        k ^= k >> np.uint64(33)
+    return rows, np.where(rep == 0, keys, k)
+
+
+def doc_copies(docs: np.ndarray, plan: dict | None, split: int) -> np.ndarray:
+    """Copies of each document in the output: 1 without a mixture; else its source's base
+    count, plus one when its draw is below the source's threshold."""
+    if plan is None:
+        return np.ones(len(docs), dtype=np.int64)
+    base = np.asarray(plan["base"][split], dtype=np.int64)[docs["source"]]
+    thr = np.asarray(plan["threshold"][split], dtype=np.float64)[docs["source"]]
+    return base + (docs["draw"] < thr)
+
+
+def gather_shard(split: str, shard: int, n_shards: int, *, route_dir: str, partitions: int,
+                 plan: dict | None = None, source: int | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Tokens, lengths and source numbers of one shard's documents, in ascending key order
+    (``plan``: the mixture's copies per source; ``source``: that source's documents only).
 
     Equal keys (the same id twice, or a 64-bit collision) are ordered by a hash of their tokens,
     so the result never depends on which partition a document came from.
@@ -64,14 +107,20 @@ def gather_shard(split: str, shard: int, n_shards: int, *, route_dir: str,
     parts_docs, parts_tokens = [], []
     for p in range(partitions):
         docs = np.load(os.path.join(route_dir, f"part-{p:05d}.docs.npy"))
-        sel = docs[(docs["split"] == k) & (docs["key"] % np.uint64(n_shards) == np.uint64(shard))]
+        docs = docs[docs["split"] == k]
+        if source is not None:
+            docs = docs[docs["source"] == source]
+        rows, keys = copy_keys(docs, doc_copies(docs, plan, k))
+        docs = docs[rows]
+        docs["key"] = keys
+        sel = docs[docs["key"] % np.uint64(n_shards) == np.uint64(shard)]
         if len(sel) == 0:
             continue
         tokens = np.load(os.path.join(route_dir, f"part-{p:05d}.tokens.npy"), mmap_mode="r")
         parts_tokens.append(np.asarray(tokens[ranges(sel["offset"], sel["length"])]))
         parts_docs.append(sel)
     if not parts_docs:
-        return np.zeros(0, np.uint16), np.zeros(0, np.int64)
+        return np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.uint8)
     docs = np.concatenate(parts_docs)
     tokens = np.concatenate(parts_tokens)
     local = np.zeros(len(docs), dtype=np.int64)
@@ -85,7 +134,8 @@ def gather_shard(split: str, shard: int, n_shards: int, *, route_dir: str,
              for o, n in zip(local.tolist(), docs["length"].tolist())), dtype=np.uint64,
             count=len(docs))
         order = np.lexsort((tiebreak, docs["key"]))
-    return tokens[ranges(local[order], docs["length"][order])], docs["length"][order]
+    return (tokens[ranges(local[order], docs["length"][order])], docs["length"][order],
+            docs["source"][order])
 
 
 def pack_bfd(tokens: np.ndarray, lengths: np.ndarray, seq_length: int, eod_id: int):
@@ -138,31 +188,52 @@ def write_datatrove(prefix: str, tokens: np.ndarray, lengths: np.ndarray, tokeni
     return {suffix: write_bytes(payload, prefix + suffix) for suffix, payload in files.items()}
 
 
-def write_shard(split: str, shard: int, n_shards: int, *, route_dir: str, partitions: int,
-                shards_dir: str, spec: dict, eod_id: int, tokenizer_name: str) -> dict | None:
-    tokens, lengths = gather_shard(split, shard, n_shards, route_dir=route_dir,
-                                   partitions=partitions)
+def write_shard(split: str, shard: int, n_shards: int, source: tuple[int, str] | None = None,
+                *, route_dir: str, partitions: int, shards_dir: str, spec: dict, eod_id: int,
+                tokenizer_name: str, plan: dict | None = None) -> dict | None:
+    """Write one shard (``source``: (number, name) of the source whose own shards these are,
+    for a mixture in ``weights`` mode)."""
+    tokens, lengths, srcs = gather_shard(split, shard, n_shards, route_dir=route_dir,
+                                         partitions=partitions, plan=plan,
+                                         source=None if source is None else source[0])
     if len(lengths) == 0:
         return None  # never write an empty shard
     documents = len(lengths)
+    by_source = None
+    if plan is not None or source is not None:
+        names = plan["sources"] if plan is not None else None
+        by_source = {}
+        for k in np.unique(srcs).tolist():
+            name = names[k] if names is not None else source[1]
+            by_source[name] = {"documents": int((srcs == k).sum()),
+                               "tokens": int(lengths[srcs == k].sum())}
     if spec["packing"] == "bfd":
         tokens, lengths = pack_bfd(tokens, lengths, spec["seq_length"], eod_id)
-    name = f"{split}-{shard:05d}"
+    name = f"{split}-{shard:05d}" if source is None else f"{source[1]}-{shard:05d}"
     rel = f"{split}/{name}"
     prefix = os.path.join(shards_dir, rel)
     if spec["format"] == "datatrove":
         files = write_datatrove(prefix, tokens, lengths, tokenizer_name)
     else:
         files = write_indexed(prefix, tokens, lengths)
-    return {"split": split, "shard": shard, "prefix": rel, "documents": documents,
-            "sequences": int(len(lengths)), "tokens": int(tokens.size), "files": files}
+    out = {"split": split, "shard": shard, "prefix": rel, "documents": documents,
+           "sequences": int(len(lengths)), "tokens": int(tokens.size), "files": files}
+    if source is not None:
+        out["source"] = source[1]
+    if by_source is not None:
+        out["by_source"] = by_source
+    return out
 
 
 def write_manifest(shards_dir: str, *, shards: list[dict], spec: dict, tokenizer, dtype,
-                   version: str, fingerprint: str, append_eod: bool) -> dict:
+                   version: str, fingerprint: str, append_eod: bool, mixture: dict | None = None,
+                   weights: dict | None = None) -> dict:
+    """``mixture``: what the blend asked for and got, per split and source; ``weights``: the
+    Megatron blend weight of every shard prefix (a mixture in weights mode), else its tokens."""
     from gpupipe.shards.megatron import CODE_OF
 
-    shards = sorted(shards, key=lambda s: (SPLIT_ORDER.index(s["split"]), s["shard"]))
+    shards = sorted(shards, key=lambda s: (SPLIT_ORDER.index(s["split"]), s.get("source", ""),
+                                           s["shard"]))
     totals = {}
     for s in shards:
         t = totals.setdefault(s["split"], {"shards": 0, "documents": 0, "tokens": 0})
@@ -189,13 +260,14 @@ def write_manifest(shards_dir: str, *, shards: list[dict], spec: dict, tokenizer
         "seq_length": spec["seq_length"],
         "shards": shards,
         "totals": totals,
-        "mixture": None,
+        "mixture": mixture,
     }
     abs_dir = os.path.abspath(shards_dir)
     if spec["format"] == "megatron":
         per_split = {s: [] for s in SPLIT_ORDER}
         for s in shards:
-            per_split[s["split"]] += [str(s["tokens"]), os.path.join(abs_dir, s["prefix"])]
+            w = str(s["tokens"]) if weights is None else repr(float(weights[s["prefix"]]))
+            per_split[s["split"]] += [w, os.path.join(abs_dir, s["prefix"])]
         with open(os.path.join(shards_dir, "data_args.txt"), "w", encoding="utf-8") as f:
             f.write(" ".join(per_split["train"]) + "\n")
         write_json(per_split, os.path.join(shards_dir, "per_split_data_args.json"))
