@@ -148,8 +148,16 @@ def make_pipeline_source(pipeline):
         return make_source(pipeline.input, pipeline.cluster)
     from gpupipe.io.multi import MultiSource
 
-    return MultiSource(tuple(pipeline.inputs), tuple(make_source(spec, pipeline.cluster)
-                                                     for spec in pipeline.inputs.values()))
+    from gpupipe.errors import InputError
+
+    sources = []
+    for name, spec in pipeline.inputs.items():
+        try:
+            sources.append(make_source(spec, pipeline.cluster))
+        except InputError as e:
+            raise InputError(f"inputs.{name}: {str(e).replace('input.', f'inputs.{name}.')}") \
+                from None
+    return MultiSource(tuple(pipeline.inputs), tuple(sources))
 
 
 def make_source(input_spec, cluster=None):
