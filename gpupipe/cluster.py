@@ -35,7 +35,7 @@ def cuda_cluster_kwargs(spec, *, workers: int | None = None,
         "protocol": spec.protocol,
         "threads_per_worker": spec.threads_per_worker,
         "memory_limit": spec.memory_limit,
-        "dashboard_address": ":0",
+        "dashboard_address": spec.dashboard_address,
         "rmm_async": spec.rmm_async,
         "enable_cudf_spill": spec.enable_cudf_spill,
         "env": dict(env or {}),
@@ -89,7 +89,8 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
                 threads_per_worker=spec.threads_per_worker,
                 processes=True,
                 memory_limit=spec.memory_limit,
-                dashboard_address=":0",
+                host=spec.host,
+                dashboard_address=spec.dashboard_address,
                 env={**worker_env(spec.threads_per_worker), **env},
                 # task failures are re-raised here with file/stage context; the workers' own
                 # "Compute Failed" tracebacks would only repeat them (shown with -v)

@@ -75,6 +75,10 @@ class LocalClusterSpec(BaseModel):
         None, description="worker processes (default: one per CPU core)")
     threads_per_worker: Annotated[int, Field(ge=1)] = 1
     memory_limit: str = Field("auto", description="per worker, e.g. '4GB'; 'auto' splits RAM")
+    host: str = Field("127.0.0.1", description="interface the scheduler and workers listen "
+                                              "on; localhost unless asked otherwise")
+    dashboard_address: str = Field("127.0.0.1:0", description="where the Dask dashboard "
+                                                              "listens (':0': every interface)")
 
 
 def _memory_size(value: Any) -> int | float:
@@ -137,6 +141,8 @@ class CudaClusterSpec(BaseModel):
                           "null: dask-cuda's default")
     threads_per_worker: Annotated[int, Field(ge=1)] = 1
     memory_limit: str = Field("auto", description="host memory per worker")
+    dashboard_address: str = Field("127.0.0.1:0", description="where the Dask dashboard "
+                                                              "listens (':0': every interface)")
     partition_fraction: Annotated[float, Field(gt=0, le=0.5)] = Field(
         1 / 32, description="default input.blocksize as a fraction of one GPU's memory")
 
@@ -479,6 +485,8 @@ def load_yaml(path: str) -> tuple[dict, dict]:
         raise SpecError(f"{path}: cannot read the pipeline file ({e.strerror})") from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            _check_expansion(node, path)
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -491,6 +499,42 @@ def load_yaml(path: str) -> tuple[dict, dict]:
     lines: dict[tuple, int] = {}
     _collect_lines(node, (), lines)
     return data, lines
+
+
+#: nodes a pipeline file may expand to once its aliases are followed (real files have hundreds)
+MAX_YAML_NODES = 100_000
+
+
+def _check_expansion(root, path: str) -> None:
+    """Refuse a file whose aliases expand to more than `MAX_YAML_NODES` nodes ("billion
+    laughs"): each alias re-uses a node, so the count is taken per distinct node, memoised."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = ([v for pair in node.value for v in pair]
+                    if isinstance(node, yaml.MappingNode) else
+                    node.value if isinstance(node, yaml.SequenceNode) else [])
+        if not done:
+            if id(node) in open_:
+                continue
+            if any(id(c) in open_ for c in children):
+                raise SpecError(f"{path}: a YAML alias refers to a value that contains it "
+                                f"(a recursive structure); a pipeline file cannot be one")
+            open_.add(id(node))
+        if done:
+            open_.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[id(node)] > MAX_YAML_NODES:
+                raise SpecError(f"{path}: the YAML expands to more than {MAX_YAML_NODES:,} "
+                                f"values through its aliases (an alias bomb?); a pipeline file "
+                                f"is a few hundred")
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
 
 
 def _collect_lines(node, path: tuple, out: dict) -> None:

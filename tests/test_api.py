@@ -29,7 +29,10 @@ def test_pipeline_in_python_run_and_result(client, tmp_path, small_corpus):
     assert len(df) == res.summary["output"]["docs"]
     assert (df["text"].str.split().str.len() >= 25).all()
     assert len(res.to_dask().compute(scheduler="sync")) == len(df)
-    assert "length_filter" in res.table() and "nb" in repr(res) or "docs=" in repr(res)
+    assert "length_filter" in str(res.table())
+    assert repr(res) == (f"RunResult(output={str(tmp_path / 'o')!r}, "
+                         f"docs={res.summary['output']['docs']:,}, partitions=3, "
+                         f"seconds={res.summary['seconds']:.2f})")
 
 
 def test_custom_stage_defined_in_a_notebook_runs_on_the_workers(client, tmp_path,

@@ -9,21 +9,35 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("script, args, key", [
-    ("bench_quickstart.py", ["--scale", "1"], "end_to_end"),
-    ("bench_shards.py", ["--scale", "1"], "pipeline_on_dask"),
+@pytest.mark.parametrize("script, args, key, exact", [
+    # the quickstart pipeline keeps 1,660 of the 1,808 sample documents
+    ("bench_quickstart.py", ["--scale", "1"], "end_to_end", {"docs_out": 1660}),
+    # 3 train + 2 valid + 1 test shards of the bench's split
+    ("bench_shards.py", ["--scale", "1"], "pipeline_on_dask", {"shards": 6}),
+    # 1,612 documents after the bench's length filter, 50 planted copies of which 27 removed
     ("bench_dedup.py", ["--near", "50", "--scales", "1", "--memory-scales", "1"],
-     "end_to_end_1x.gpupipe_verify_signature"),
-    ("bench_filters.py", ["--scale", "1"], "filters.gopher_quality.gpupipe"),
+     "end_to_end_1x.gpupipe_verify_signature",
+     {"removed": 27, "recall_above_threshold": "21/24"}),
+    ("bench_filters.py", ["--scale", "1"], "filters.gopher_quality", {}),
 ])
-def test_benchmark_script_runs(script, args, key):
+def test_benchmark_script_runs(script, args, key, exact):
+    """Each script runs at small scale and measures the documents it claims to: the counts it
+    reports are exact (a benchmark of the wrong work would change them)."""
     r = subprocess.run([sys.executable, f"benchmarks/{script}", *args, "--workers", "1"],
                        capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stderr[-2000:]
-    report = json.loads(r.stdout)
+    full = json.loads(r.stdout)
+    report = full
     for part in key.split("."):
         report = report[part]
-    assert report["seconds"] > 0
+    assert {k: report[k] for k in exact} == exact
+    if script == "bench_filters.py":
+        assert full["documents"] == 1808 and report["docs"] == 1808
+        assert report["gpupipe"]["docs_per_s"] > 0
+        if full["datatrove"]:   # the peer is optional: when it ran, on the same documents
+            assert 0.99 <= report["agreement"] <= 1.0 and report["ratio"] > 0
+    if script == "bench_dedup.py":
+        assert full["docs"] == 1612 and full["planted_near"] == 50
 
 
 def test_bench_gpu_runs_in_the_simulator():

@@ -11,7 +11,7 @@ import platform
 import shutil
 import time
 
-from gpupipe.errors import GpupipeError, OutputError, StageError
+from gpupipe.errors import GpupipeError, OutputError, SpecError, StageError
 from gpupipe.io.parquet import ParquetSource
 from gpupipe.io.writer import write_json
 from gpupipe.runner.plan import Segment, fingerprints, plan, rejected_directory
@@ -142,6 +142,34 @@ def effective_blocksize(input_spec, cluster=None, device_memory: int | None = No
     return int(input_spec.blocksize) if input_spec.blocksize is not None else None
 
 
+def check_output_apart(pipeline, source) -> None:
+    """The run directory must not hold an input file (``overwrite`` deletes it, and a rerun
+    would read the run's own output), nor lie inside a directory read as input."""
+    import glob as globmod
+
+    out = os.path.realpath(pipeline.output.path)
+
+    def inside(path: str, d: str) -> bool:
+        return os.path.commonpath([path, d]) == d
+
+    for f in source.files:
+        if inside(os.path.realpath(f), out):
+            raise SpecError(f"output.path {pipeline.output.path!r} contains the input file {f}; "
+                            f"write the run somewhere else")
+    for spec in pipeline.sources().values():
+        for pattern in spec.paths():
+            base = pattern
+            if globmod.has_magic(pattern):
+                if "**" not in pattern:
+                    continue
+                base = pattern[:pattern.index("**")]
+            base = os.path.realpath(os.path.expanduser(base or "."))
+            if os.path.isdir(base) and inside(out, base):
+                raise SpecError(f"output.path {pipeline.output.path!r} is inside the input "
+                                f"directory {pattern!r}: a rerun would read its own output; "
+                                f"write the run somewhere else")
+
+
 def make_pipeline_source(pipeline):
     """The source of a pipeline: its input, or its named inputs read as one."""
     if pipeline.inputs is None:
@@ -236,6 +264,7 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     fps = fingerprints(segments, _input_identity(pipeline, source), vers["gpupipe"])
     out = pipeline.output.path
     _check_global_stages(pipeline, out)
+    check_output_apart(pipeline, source)
     prepare_output(out, pipeline.output.overwrite)
     base = {"status": "running", "started": started, "gpupipe_version": vers["gpupipe"],
             "pipeline": pipeline.to_dict(), "fingerprint": fps[-1]}
