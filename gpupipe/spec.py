@@ -58,7 +58,18 @@ class InputSpec(BaseModel):
     def resolved_format(self) -> str:
         if self.format is not None:
             return self.format
-        first = self.paths()[0].lower()
+        first = os.path.expanduser(self.paths()[0])
+        if os.path.isdir(first):   # a directory: what it holds
+            from pathlib import Path
+
+            for p in sorted(Path(first).rglob("*")):
+                name = p.name.lower()
+                if name.endswith((".parquet", ".pq")):
+                    return "parquet"
+                if ".jsonl" in name or ".json" in name:
+                    return "jsonl"
+            return "jsonl"
+        first = first.lower()
         for suffix in (".gz", ".zst", ".zstd"):
             first = first.removesuffix(suffix)
         if first.endswith((".parquet", ".pq")):

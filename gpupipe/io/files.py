@@ -12,32 +12,66 @@ from gpupipe.errors import InputError
 CHUNK = 1 << 22
 
 
-def expand_paths(patterns: str | list[str], *, suffixes: tuple[str, ...] | None = None) -> list[str]:
+def expand_paths(patterns: str | list[str], *, suffixes: tuple[str, ...] | None = None,
+                 not_files: list | None = None) -> list[str]:
     """Expand globs (``**`` allowed) and directories into a sorted, de-duplicated file list.
 
-    Raises `InputError` naming the pattern when it matches nothing.
+    Raises `InputError` naming the pattern when it matches nothing. Matches that cannot be read
+    as files (a broken symlink, a FIFO or socket, a directory whose name a glob matched) are
+    left out; with ``not_files`` given, each is appended to it as ``(path, why)``.
     """
     if isinstance(patterns, (str, os.PathLike)):
         patterns = [patterns]
     found: list[str] = []
+    odd: list[tuple[str, str]] = []
     for pattern in patterns:
         pattern = os.path.expanduser(str(pattern))
         if os.path.isdir(pattern):
-            matches = [
-                str(p) for p in sorted(Path(pattern).rglob("*"))
-                if p.is_file() and (suffixes is None or p.name.endswith(suffixes))
-            ]
+            candidates = [str(p) for p in sorted(Path(pattern).rglob("*"))
+                          if suffixes is None or p.name.endswith(suffixes)]
+            candidates = [c for c in candidates if not os.path.isdir(c)]
         elif glob.has_magic(pattern):
-            matches = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+            # a directory a glob matches is reported only when its name looks like a data file
+            candidates = [c for c in sorted(glob.glob(pattern, recursive=True))
+                          if not os.path.isdir(c) or (suffixes is not None
+                                                      and c.endswith(suffixes))]
         else:
-            matches = [pattern] if os.path.isfile(pattern) else []
-        if not matches:
+            candidates = [pattern] if os.path.lexists(pattern) else []
+        matches = []
+        for c in candidates:
+            why = _not_a_file(c)
+            if why is None:
+                matches.append(c)
+            else:
+                odd.append((os.path.normpath(c), why))
+        if not candidates:
             raise InputError(
                 f"input path {pattern!r} matches no file (relative paths are resolved from "
                 f"{os.getcwd()}); check input.path"
             )
         found.extend(matches)
+    if not_files is not None:
+        not_files.extend(sorted(set(odd)))
     return sorted(dict.fromkeys(os.path.normpath(p) for p in found))
+
+
+def _not_a_file(path: str) -> str | None:
+    """Why ``path`` cannot be read as an input file, or None when it can."""
+    import stat
+
+    if os.path.islink(path) and not os.path.exists(path):
+        return f"a broken symbolic link (to {os.readlink(path)!r})"
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if not stat.S_ISREG(mode):
+        return "not a regular file (a socket or device)"
+    return None
 
 
 def common_root(paths: list[str]) -> str:

@@ -85,6 +85,8 @@ class JsonlSource:
     blocks: tuple[tuple[int, int, int], ...] = ()
     #: per block, the number of lines before it in its file (empty: computed when needed)
     line_bases: tuple[int, ...] = ()
+    #: (path, why) of paths the input matched that are not readable files (on_error: skip)
+    left_out: tuple[tuple[str, str], ...] = ()
 
     @property
     def npartitions(self) -> int:
@@ -149,6 +151,8 @@ class JsonlSource:
                 line = data.count(b"\n") + 1
                 rejections.add(path, line, "truncated_record",
                                "record cut off by the corrupt end of the file", tail)
+        if start == 0 and data.startswith(b"\xef\xbb\xbf"):
+            data = data[3:]  # a UTF-8 byte order mark opens the file: not part of line 1
         frame, blank = self._parse_fast(path, data, base)
         if frame is None:
             frame, blank = self._parse_lines(path, data, rejections, base)
@@ -177,6 +181,12 @@ class JsonlSource:
         ids = table.column(self.id_column) if self.id_column is not None else None
         if text.null_count or (ids is not None and ids.null_count):
             return None, 0  # let the line-by-line path name the offending lines
+        try:  # Arrow's JSON reader passes invalid UTF-8 inside strings through: check it
+            for col in (text, ids):
+                for chunk in (col.chunks if col is not None else ()):
+                    chunk.validate(full=True)
+        except pa.ArrowInvalid:
+            return None, 0
         n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
         blank = n_lines - table.num_rows
         if blank < 0:  # more records than lines: two objects on one line; name it line by line
@@ -216,6 +226,11 @@ class JsonlSource:
             except ValueError as e:
                 rejections.add(path, lineno, "malformed_json", f"malformed JSON ({e})", raw)
                 continue
+            except RecursionError:
+                rejections.add(path, lineno, "malformed_json",
+                               "malformed JSON (nested deeper than Python's recursion limit)",
+                               raw[:1000])
+                continue
             if not isinstance(obj, dict):
                 rejections.add(path, lineno, "not_an_object",
                                f"expected a JSON object, found {type(obj).__name__}", raw)
@@ -223,9 +238,10 @@ class JsonlSource:
             text = obj.get(self.text_column)
             if text is None:
                 found = ", ".join(list(obj)[:8]) or "none"
-                rejections.add(path, lineno, "missing_text",
-                               f"no {self.text_column!r} field (fields: {found}); "
-                               f"input.text_column names the field holding the text", raw)
+                what = (f"{self.text_column!r} is null" if self.text_column in obj else
+                        f"no {self.text_column!r} field (fields: {found}); input.text_column "
+                        f"names the field holding the text")
+                rejections.add(path, lineno, "missing_text", what, raw)
                 continue
             if not isinstance(text, str):
                 rejections.add(path, lineno, "text_not_string",
@@ -243,12 +259,27 @@ class JsonlSource:
                                    f"{self.id_column!r} is a {type(value).__name__}", raw)
                     continue
                 doc_id = str(value)
+            bad = _lone_surrogate(text) or _lone_surrogate(doc_id)
+            if bad:
+                rejections.add(path, lineno, "bad_utf8",
+                               f"a lone surrogate escape (\\u{bad:04x}) is not a character "
+                               f"and has no UTF-8 form", raw)
+                continue
             ids.append(doc_id)
             texts.append(text)
         if data.endswith(b"\n"):
             blank -= 1  # the empty string after the final newline is not a line
         frame = pd.DataFrame({ID: pd.array(ids, dtype=STRING), TEXT: pd.array(texts, dtype=STRING)})
         return frame, blank
+
+
+def _lone_surrogate(s: str) -> int:
+    """The first lone surrogate (``"\\ud800"`` in JSON) in ``s``, 0 if none."""
+    try:
+        s.encode("utf-8")
+        return 0
+    except UnicodeEncodeError as e:
+        return ord(s[e.start])
 
 
 class _LineBase:

@@ -27,6 +27,10 @@ class MultiSource:
     def files(self) -> tuple[str, ...]:
         return tuple(f for s in self.sources for f in s.files)
 
+    @property
+    def left_out(self) -> tuple[tuple[str, str], ...]:
+        return tuple(x for s in self.sources for x in getattr(s, "left_out", ()))
+
     def locate(self, i: int) -> tuple[int, int]:
         """(source number, its partition) of partition ``i``."""
         for k, s in enumerate(self.sources):

@@ -26,6 +26,8 @@ class ParquetSource:
     on_error: str = "fail"
     #: further columns to carry through unchanged (checkpoints carry what stages added)
     columns: tuple[str, ...] = ()
+    #: (path, why) of paths the input matched that are not readable files (on_error: skip)
+    left_out: tuple[tuple[str, str], ...] = ()
 
     @property
     def npartitions(self) -> int:
@@ -62,9 +64,11 @@ class ParquetSource:
             schema = pq.read_schema(path)
             missing = [c for c in wanted if c not in schema.names]
             if missing:
+                rows = pq.read_metadata(path).num_rows
                 rejections.add(path, None, "missing_text" if self.text_column in missing else "missing_id",
                                f"column(s) {missing} not in the file (columns: {schema.names[:12]}); "
-                               f"set input.text_column / input.id_column")
+                               f"set input.text_column / input.id_column; its {rows:,} rows are "
+                               f"set aside", records=rows)
                 return self._empty(stats, rejections)
             table = pq.read_table(path, columns=wanted)
         except (pa.ArrowInvalid, OSError) as e:
@@ -72,9 +76,13 @@ class ParquetSource:
             stats["files_corrupt"] = 1
             return self._empty(stats, rejections)
         text = table.column(self.text_column)
+        if pa.types.is_dictionary(text.type) and (pa.types.is_string(text.type.value_type) or
+                                                  pa.types.is_large_string(text.type.value_type)):
+            text = text.cast(text.type.value_type)   # dictionary-encoded text is text
         if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
             rejections.add(path, None, "text_not_string",
-                           f"column {self.text_column!r} has type {text.type}, not string")
+                           f"column {self.text_column!r} has type {text.type}, not string; its "
+                           f"{table.num_rows:,} rows are set aside", records=table.num_rows)
             return self._empty(stats, rejections)
         if self.id_column is None:
             ids = self.derived_ids(path, table.num_rows)

@@ -54,7 +54,10 @@ class Rejections:
         self.rows: dict[str, list[Any]] = {name: [] for name in REJECTED_SCHEMA.names}
         self.counts: dict[str, int] = {}
 
-    def add(self, file: str, line: int | None, reason: str, detail: str, raw: bytes = b"") -> None:
+    def add(self, file: str, line: int | None, reason: str, detail: str, raw: bytes = b"",
+            records: int = 1) -> None:
+        """Set aside ``records`` records (a whole file's rows: one row here, counted as all of
+        them) for ``reason``, or raise under ``fail``."""
         from gpupipe.errors import InputError
 
         if line is not None and self.line_base is not None:
@@ -62,7 +65,7 @@ class Rejections:
         where = f"{file} line {line}" if line is not None else file
         if self.on_error == "fail":
             raise InputError(f"{where}: {detail} [{reason}] — {self.hint}")
-        self.counts[reason] = self.counts.get(reason, 0) + 1
+        self.counts[reason] = self.counts.get(reason, 0) + records
         for name, value in zip(REJECTED_SCHEMA.names, (file, line, reason, detail, raw)):
             self.rows[name].append(value)
 

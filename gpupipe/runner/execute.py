@@ -195,9 +195,22 @@ def make_source(input_spec, cluster=None):
 
     fmt = input_spec.resolved_format()
     suffixes = JSONL_SUFFIXES if fmt == "jsonl" else PARQUET_SUFFIXES
-    files = tuple(expand_paths(input_spec.paths(), suffixes=suffixes))
+    odd: list[tuple[str, str]] = []
+    files = tuple(expand_paths(input_spec.paths(), suffixes=suffixes, not_files=odd))
+    if odd:
+        from gpupipe.errors import InputError
+
+        listing = "; ".join(f"{p}: {why}" for p, why in odd[:5]) + (
+            f" (and {len(odd) - 5} more)" if len(odd) > 5 else "")
+        if input_spec.on_error == "fail" or not files:
+            raise InputError(f"input.path matches {len(odd)} path(s) that cannot be read as "
+                             f"files: {listing}" + (
+                                 "; fix or remove them, or set `input.on_error: skip` to leave "
+                                 "them out" if files else ""))
+        log.warning("input: %d path(s) left out, not readable as files: %s", len(odd), listing)
     common = dict(files=files, root=common_root(list(files)), text_column=input_spec.text_column,
-                  id_column=input_spec.id_column, on_error=input_spec.on_error)
+                  id_column=input_spec.id_column, on_error=input_spec.on_error,
+                  left_out=tuple(odd))
     if fmt == "parquet":
         _check_parquet_columns(files[0], input_spec)
         return ParquetSource(**common)
@@ -352,6 +365,7 @@ def _reset(*dirs: str) -> None:
 
 def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, bar,
                   backend: str = "pandas") -> dict:
+    source_in = source
     upstream_changed = False
     seg_info = []
     stage_stats: list[dict] = []
@@ -425,6 +439,8 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
         source = ParquetSource(files=files, root=directory, text_column="text", id_column="id",
                                columns=tuple(extra))
     read = merge_read(read_reports)
+    if getattr(source_in, "left_out", ()):
+        read["left_out"] = [{"path": p, "why": why} for p, why in source_in.left_out]
     stage_stats.sort(key=lambda s: s["position"])
     dropped = sum(sum(s["drops"].values()) for s in stage_stats)
     rejected_records = sum(v for k, v in read["rejected"].items() if k != "corrupt_file")
