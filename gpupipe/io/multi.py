@@ -39,6 +39,9 @@ class MultiSource:
             i -= s.npartitions
         raise IndexError(i)
 
+    def on_error_of(self, i: int) -> str:
+        return self.sources[self.locate(i)[0]].on_error
+
     def source_of(self, i: int) -> str:
         return self.names[self.locate(i)[0]]
 

@@ -142,6 +142,52 @@ def effective_blocksize(input_spec, cluster=None, device_memory: int | None = No
     return int(input_spec.blocksize) if input_spec.blocksize is not None else None
 
 
+def describe_changes(run_json: str, pipeline: dict, inputs: dict, fingerprint: str) -> list[str]:
+    """What differs from the run recorded in ``run_json`` (none when there is none, or it had
+    the same fingerprint): input files added, removed or modified, and changed settings."""
+    try:
+        with open(run_json, encoding="utf-8") as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return []
+    if old.get("fingerprint") == fingerprint:
+        return []
+    lines = []
+    before = {k: tuple(v) for k, v in (old.get("input_files") or {}).items()}
+    now = {k: tuple(v) for k, v in inputs.items()}
+    if before or "input_files" in old:
+        added = sorted(set(now) - set(before))
+        removed = sorted(set(before) - set(now))
+        changed = sorted(f for f in set(now) & set(before) if now[f] != before[f])
+        for what, files in (("added", added), ("removed", removed), ("modified", changed)):
+            if files:
+                lines.append(f"input files {what}: {', '.join(files[:3])}"
+                             + (f" and {len(files) - 3} more" if len(files) > 3 else ""))
+    old_p = old.get("pipeline") or {}
+    for key in sorted(set(old_p) | set(pipeline)):
+        if key in ("output",) or old_p.get(key) == pipeline.get(key):
+            continue
+        if key == "stages":
+            a, b = old_p.get(key) or [], pipeline.get(key) or []
+            for k in range(max(len(a), len(b))):
+                x, y = (a[k] if k < len(a) else None), (b[k] if k < len(b) else None)
+                if x == y:
+                    continue
+                if x is None or y is None or x.get("stage") != y.get("stage"):
+                    lines.append(f"stages[{k}] is now {(y or {}).get('stage', 'gone')} (was "
+                                 f"{(x or {}).get('stage', 'absent')})")
+                else:
+                    diffs = [f"{p}: {x.get(p)!r} -> {y.get(p)!r}" for p in sorted(set(x) | set(y))
+                             if x.get(p) != y.get(p)]
+                    lines.append(f"stages[{k}] {y['stage']}: {'; '.join(diffs)}")
+        else:
+            lines.append(f"{key} changed")
+    return lines or ["the fingerprint differs, though the recorded settings and input files "
+                     "do not (another gpupipe version, an earlier run a dedup stage reads, an "
+                     "edited eval set, or a run directory from before input files were "
+                     "recorded)"]
+
+
 def check_output_apart(pipeline, source) -> None:
     """The run directory must not hold an input file (``overwrite`` deletes it, and a rerun
     would read the run's own output), nor lie inside a directory read as input."""
@@ -274,13 +320,18 @@ def execute(pipeline, *, client=None, workers: int | None = None,
         log.warning("backend: cudf on a local CPU cluster: every worker process shares the first "
                     "GPU; cluster: {kind: cuda} starts one worker per GPU")
     vers = versions()
-    fps = fingerprints(segments, _input_identity(pipeline, source), vers["gpupipe"])
+    identity = _input_identity(pipeline, source)
+    fps = fingerprints(segments, identity, vers["gpupipe"])
     out = pipeline.output.path
     _check_global_stages(pipeline, out)
     check_output_apart(pipeline, source)
     prepare_output(out, pipeline.output.overwrite)
+    inputs = {f: [size, mtime] for f, size, mtime in identity["files"]}
+    for line in describe_changes(os.path.join(out, "run.json"), pipeline.to_dict(), inputs,
+                                 fps[-1]):
+        log.warning("resuming %s: %s; the stages from there on are recomputed", out, line)
     base = {"status": "running", "started": started, "gpupipe_version": vers["gpupipe"],
-            "pipeline": pipeline.to_dict(), "fingerprint": fps[-1]}
+            "pipeline": pipeline.to_dict(), "fingerprint": fps[-1], "input_files": inputs}
     write_json(base, os.path.join(out, "run.json"))
 
     bar = make_progress(progress)
@@ -316,6 +367,7 @@ def execute(pipeline, *, client=None, workers: int | None = None,
         "seconds": round(time.perf_counter() - t_start, 3),
         "gpupipe_version": vers["gpupipe"],
         "fingerprint": fps[-1],
+        "input_files": inputs,
         "pipeline": pipeline.to_dict(),
         "versions": vers,
         "backend": {"requested": pipeline.backend, "used": backend.name, "reason": backend.reason},
@@ -389,9 +441,11 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
             filter_rejected = {p: rejected_directory(out, pipeline.all_stages(), p)
                                for p, st in zip(seg.positions, seg.stages)
                                if getattr(st, "keep_rejected", False)}
+            error_dirs = {p: rejected_directory(out, pipeline.all_stages(), p)
+                          for p in seg.positions}
             reports, computed = _run_row_segment(client, seg, fp, source, directory, stats_dir,
                                                  rejected_dir if seg.reads_input else None, bar,
-                                                 filter_rejected, backend)
+                                                 filter_rejected, backend, error_dirs)
             stage_stats.extend(merge_stages(reports, list(seg.stages), seg.positions, backend))
             if seg.reads_input:
                 read_reports = reports
@@ -601,7 +655,7 @@ def _shard_summary(shards_dir, manifest, *, computed: bool, seconds: float) -> d
 
 
 def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir, bar,
-                     filter_rejected=None, backend: str = "pandas"):
+                     filter_rejected=None, backend: str = "pandas", error_dirs=None):
     n = source.npartitions
     os.makedirs(directory, exist_ok=True)
     write_json({"fingerprint": fp, "kind": "row", "partitions": n},
@@ -626,6 +680,7 @@ def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir
         futures = client.map(run_row_partition, todo, source=source, stages=stages,
                              out_dir=directory, stats_dir=stats_dir, rejected_dir=rejected_dir,
                              filter_rejected=filter_rejected, backend=backend,
+                             error_dirs=error_dirs,
                              key=[f"gpupipe-{seg.name}-{fp}-{i}" for i in todo], pure=False)
         reports.extend(_wait(futures, bar, seg.name))
     reports.sort(key=lambda r: r["partition"])

@@ -7,7 +7,7 @@ import time
 
 from gpupipe import seam
 from gpupipe.errors import GpupipeError, StageError
-from gpupipe.frame import TEXT
+from gpupipe.frame import ID, TEXT
 from gpupipe.io.writer import write_json, write_parquet
 
 
@@ -20,7 +20,8 @@ def marker_path(directory: str, i: int) -> str:
 
 
 def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = None,
-               backend: str = "pandas"):
+               backend: str = "pandas", on_error: str = "fail",
+               error_files: dict[int, str] | None = None):
     """Apply row-local stages in order; per-stage stats. Errors name the stage and partition.
 
     ``rejected_files``: stage position -> Parquet file for the rows that stage drops (filters
@@ -43,9 +44,13 @@ def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = N
         except GpupipeError:
             raise
         except Exception as e:
-            raise StageError(
-                f"stage {st.stage_name!r} (stages[{pos}]) failed on {where}: "
-                f"{type(e).__name__}: {e}") from e
+            if on_error != "skip" or len(df) == 0:
+                raise StageError(
+                    f"stage {st.stage_name!r} (stages[{pos}]) failed on {where}: "
+                    f"{type(e).__name__}: {e}") from e
+            result, failed = isolate_failures(st, df)
+            if error_files and pos in error_files:
+                write_parquet(seam.arrow_table(failed), error_files[pos])
         if result.rejected is not None and rejected_files and pos in rejected_files:
             write_parquet(seam.arrow_table(result.rejected), rejected_files[pos])
         df = result.frame
@@ -79,6 +84,51 @@ def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = N
     return df, stats
 
 
+def isolate_failures(st, df):
+    """``st`` on ``df`` when it fails on some documents: the partition is halved until the
+    documents it fails on are alone; those are set aside (reason ``stage_error`` and the
+    exception), the stage's results on the rest are joined in order. Row-local stages give
+    the same result on parts as on the whole, so nothing else changes."""
+    import numpy as np
+    import pandas as pd
+
+    from gpupipe.stages.base import StageResult
+
+    parts: list = []
+    failed: list = []
+
+    def run(lo: int, hi: int) -> None:
+        part = df.iloc[lo:hi]
+        try:
+            parts.append(st.process(part))
+        except GpupipeError:
+            raise
+        except Exception as e:
+            if hi - lo == 1:
+                host = seam.to_host(part)[[ID, TEXT]]
+                failed.append(host.assign(reason="stage_error",
+                                          error=f"{type(e).__name__}: {e}"[:2000]))
+                return
+            mid = (lo + hi) // 2
+            run(lo, mid)
+            run(mid, hi)
+
+    run(0, len(df))
+    frames = [r.frame for r in parts]
+    frame = seam.like(df, pd.concat([seam.to_host(f) for f in frames], ignore_index=True))         if frames else seam.filter_rows(df, np.zeros(len(df), dtype=bool))
+    drops: dict = {"stage_error": len(failed)}
+    counters: dict = {}
+    rejected = [r.rejected for r in parts if r.rejected is not None]
+    for r in parts:
+        for k, v in r.drops.items():
+            drops[k] = drops.get(k, 0) + v
+        for k, v in r.counters.items():
+            counters[k] = counters.get(k, 0) + v
+    rej = pd.concat([seam.to_host(r) for r in rejected], ignore_index=True) if rejected else None
+    return (StageResult(frame, drops, counters, rej),
+            pd.concat(failed, ignore_index=True))
+
+
 def source_counts(df) -> dict[str, int] | None:
     """Documents per source (the ``source`` column of named inputs), or None without one."""
     if "source" not in df.columns:
@@ -89,7 +139,7 @@ def source_counts(df) -> dict[str, int] | None:
 
 def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
                       rejected_dir: str | None, filter_rejected: dict[int, str] | None = None,
-                      backend: str = "pandas") -> dict:
+                      backend: str = "pandas", error_dirs: dict[int, str] | None = None) -> dict:
     """Read partition ``i``, run the fused stages, write the result, then the stats and marker.
 
     On the cuDF backend the partition is read into GPU memory when the first stage runs there
@@ -111,7 +161,12 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
             write_parquet(result.rejected, os.path.join(rejected_dir, part_name(i) + ".parquet"))
     files = {pos: os.path.join(d, part_name(i) + ".parquet")
              for pos, d in (filter_rejected or {}).items()}
-    df, report["stages"] = run_stages(result.frame, stages, where, files, backend)
+    policy = source.on_error_of(i) if hasattr(source, "on_error_of") else getattr(
+        source, "on_error", "fail")
+    errors = {pos: os.path.join(d, "errors", part_name(i) + ".parquet")
+              for pos, d in (error_dirs or {}).items()}
+    df, report["stages"] = run_stages(result.frame, stages, where, files, backend, policy,
+                                      errors)
     write_parquet(seam.arrow_table(df), os.path.join(out_dir, part_name(i) + ".parquet"))
     report["docs_out"] = len(df)
     report["bytes_out"] = seam.byte_size(df[TEXT])

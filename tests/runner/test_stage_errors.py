@@ -1,0 +1,92 @@
+"""A stage that fails on some documents: under ``on_error: skip`` the partition is bisected and
+only those documents are set aside with the exception; under ``fail`` the run stops naming the
+stage, the partition, its input file and the cause."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import gpupipe as gp
+from gpupipe.errors import StageError
+from tests.conftest import write_jsonl
+
+
+def poison_stage():
+    from gpupipe.registry import all_stages
+    from gpupipe.stages import Transform, stage
+
+    if "poison_demo" not in all_stages():
+        @stage("poison_demo")
+        class Poison(Transform):
+            """Upper-case the text; fails on a partition holding a POISON document."""
+
+            def transform(self, df):
+                bad = df["text"].str.contains("POISON")
+                if bad.any():
+                    raise ValueError(f"cannot handle {int(bad.sum())} poisoned document(s)")
+                return df.assign(text=df["text"].str.upper())
+
+    return all_stages()["poison_demo"]()
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    rows = [{"id": f"d{k:03d}", "text": f"document {k} " + ("POISON" if k in (7, 8, 41) else "ok")}
+            for k in range(60)]
+    write_jsonl(tmp_path / "in" / "a.jsonl", rows[:30])
+    write_jsonl(tmp_path / "in" / "b.jsonl", rows[30:])
+    return tmp_path / "in"
+
+
+def test_skip_isolates_the_failing_documents(client, corpus, tmp_path):
+    res = gp.Pipeline(input={"path": str(corpus), "id_column": "id", "on_error": "skip"},
+                      output=str(tmp_path / "o"), stages=[poison_stage()]).run(
+        client=client, progress=False)
+    data = res.to_pandas()
+    assert sorted(data["id"]) == [f"d{k:03d}" for k in range(60) if k not in (7, 8, 41)]
+    assert (data["text"] == data["text"].str.upper()).all()   # the rest went through the stage
+    errors = pd.read_parquet(tmp_path / "o" / "rejected" / "poison_demo" / "errors")
+    assert sorted(errors["id"]) == ["d007", "d008", "d041"]
+    assert set(errors["reason"]) == {"stage_error"}
+    assert set(errors["error"]) == {"ValueError: cannot handle 1 poisoned document(s)"}
+    assert res.stage("poison_demo")["drops"] == {"stage_error": 3}
+    assert res.summary["accounting"]["balanced"]
+
+
+def test_fail_names_stage_partition_file_and_cause(client, corpus, tmp_path):
+    with pytest.raises(StageError) as e:
+        gp.Pipeline(input={"path": str(corpus), "id_column": "id"}, output=str(tmp_path / "o"),
+                    stages=[poison_stage()]).run(client=client, progress=False)
+    msg = str(e.value)
+    assert "stage 'poison_demo' (stages[0]) failed on partition" in msg
+    assert "a.jsonl" in msg or "b.jsonl" in msg
+    assert "ValueError: cannot handle" in msg
+
+
+def test_a_changed_input_or_setting_is_named_before_resuming(client, corpus, tmp_path, caplog):
+    import logging
+    import shutil
+
+    def run(min_words):
+        return gp.Pipeline(input={"path": str(corpus), "id_column": "id"},
+                           output=str(tmp_path / "o"),
+                           stages=[{"stage": "length_filter", "min_words": min_words}]).run(
+            client=client, progress=False)
+
+    run(2)
+    with caplog.at_level(logging.WARNING, logger="gpupipe"):
+        caplog.clear()
+        run(2)
+        assert [r.message for r in caplog.records if "resuming" in r.message] == []
+        run(3)
+        shutil.copy(corpus / "a.jsonl", corpus / "c.jsonl")
+        res = run(3)
+    said = [r.message for r in caplog.records if "resuming" in r.message]
+    out = str(tmp_path / "o")
+    assert said == [
+        f"resuming {out}: stages[0] length_filter: min_words: 2 -> 3; the stages from there on "
+        f"are recomputed",
+        f"resuming {out}: input files added: {corpus / 'c.jsonl'}; the stages from there on are "
+        f"recomputed"]
+    assert res.summary["output"]["docs"] == 90
