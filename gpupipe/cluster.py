@@ -58,6 +58,24 @@ def cuda_cluster_kwargs(spec, *, workers: int | None = None,
 
 
 @contextlib.contextmanager
+def _children_ignore_sigint():
+    """Start worker processes with SIGINT ignored (they inherit it; Python then installs no
+    KeyboardInterrupt handler in them): Ctrl-C reaches the whole process group, and only the
+    driver should act on it, by closing the cluster, not every worker with a traceback."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+@contextlib.contextmanager
 def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = None) -> Iterator:
     """Yield a `distributed.Client` for a cluster spec; an embedded cluster is closed after.
 
@@ -75,7 +93,8 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
         log.info("starting a local CUDA cluster (%s, protocol %s)",
                  f"GPUs {kwargs['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in kwargs
                  else "all GPUs", spec.protocol)
-        cluster = local_cuda_cluster(**kwargs)
+        with _children_ignore_sigint():
+            cluster = local_cuda_cluster(**kwargs)
         with cluster, Client(cluster) as client:
             yield client
         return
@@ -84,19 +103,20 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
         log.info("starting a local Dask cluster: %d worker(s) x %d thread(s)", n,
                  spec.threads_per_worker)
         try:
-            cluster = LocalCluster(
-                n_workers=n,
-                threads_per_worker=spec.threads_per_worker,
-                processes=True,
-                memory_limit=spec.memory_limit,
-                host=spec.host,
-                dashboard_address=spec.dashboard_address,
-                env={**worker_env(spec.threads_per_worker), **env},
-                # task failures are re-raised here with file/stage context; the workers' own
-                # "Compute Failed" tracebacks would only repeat them (shown with -v)
-                silence_logs=logging.WARNING if log.isEnabledFor(logging.DEBUG)
-                else logging.CRITICAL,
-            )
+            with _children_ignore_sigint():
+                cluster = LocalCluster(
+                    n_workers=n,
+                    threads_per_worker=spec.threads_per_worker,
+                    processes=True,
+                    memory_limit=spec.memory_limit,
+                    host=spec.host,
+                    dashboard_address=spec.dashboard_address,
+                    env={**worker_env(spec.threads_per_worker), **env},
+                    # task failures are re-raised here with file/stage context; the workers' own
+                    # "Compute Failed" tracebacks would only repeat them (shown with -v)
+                    silence_logs=logging.WARNING if log.isEnabledFor(logging.DEBUG)
+                    else logging.CRITICAL,
+                )
         except Exception as e:
             raise ClusterError(f"cannot start a local Dask cluster with {n} worker(s): {e}") from e
         with cluster, Client(cluster) as client:

@@ -1,0 +1,179 @@
+"""Real faults on a real run of the CLI: SIGKILL of the whole process group (driver and
+workers) inside the read segment, inside fuzzy dedup's steps and while the shards are written,
+then a rerun; and Ctrl-C (SIGINT to the group). Shards, data and the dedup audit must equal an
+uninterrupted run's, byte for byte."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, SAMPLE
+
+BIN = os.path.join(os.path.dirname(sys.executable), "gpupipe")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """The sample corpus as 40 plain JSONL files (40 read partitions: room to stop inside)."""
+    d = tmp_path_factory.mktemp("faults")
+    recs = [json.loads(line) for f in sorted(SAMPLE.glob("*.jsonl.gz"))
+            for line in gzip.open(f, "rt", encoding="utf-8")]
+    (d / "in").mkdir()
+    for k in range(40):
+        with open(d / "in" / f"p{k:02d}.jsonl", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps({"id": r["id"], "text": r["text"]}) + "\n"
+                         for r in recs[k::40])
+    return d
+
+
+def pipeline_file(corpus: Path, out: Path) -> Path:
+    p = out.parent / f"{out.name}.yaml"
+    p.write_text(f"""\
+input: {{path: {corpus / 'in'}, id_column: id}}
+stages:
+  - {{stage: normalize_text}}
+  - {{stage: length_filter, min_words: 20}}
+  - {{stage: exact_dedup}}
+  - {{stage: fuzzy_dedup}}
+  - {{stage: tokenize, tokenizer: {REPO / 'data' / 'tokenizer.json'}}}
+output: {{path: {out}, shards: {{num_shards: 3, splits: {{train: 0.9, valid: 0.1}}}}}}
+""")
+    return p
+
+
+def start(pipe: Path) -> subprocess.Popen:
+    return subprocess.Popen([BIN, "run", str(pipe), "-w", "2", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, cwd=REPO)
+
+
+def digests(out: Path) -> dict:
+    files = [p for sub in ("data", "shards", "dedup/duplicates.parquet")
+             for p in sorted((out / sub).rglob("*")) if p.is_file()
+             and p.suffix in (".parquet", ".bin", ".idx")]
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def group_gone(pgid: int, within: float = 15.0) -> bool:
+    t0 = time.time()
+    while time.time() - t0 < within:
+        r = subprocess.run(["ps", "-o", "stat=", "-g", str(pgid)], capture_output=True, text=True)
+        if all(s.startswith("Z") for s in r.stdout.split()):   # none, or reaped zombies only
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def wait_for(proc: subprocess.Popen, ready, timeout: float = 120.0) -> bool:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if ready():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture(scope="module")
+def reference(corpus):
+    out = corpus / "reference"
+    p = start(pipeline_file(corpus, out))
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-3000:]
+    return digests(out)
+
+
+def markers(pattern: str, at_least: int):
+    def ready():
+        return len(list(Path("/").glob(pattern.lstrip("/")))) >= at_least
+    return ready
+
+
+@pytest.mark.parametrize("phase", ["read", "dedup-candidates", "dedup-drop", "shard-route",
+                                   "shard-write"])
+def test_sigkill_of_the_process_group_then_rerun(corpus, reference, phase):
+    out = corpus / f"kill-{phase}"
+    pipe = pipeline_file(corpus, out)
+    ready = {
+        "read": markers(f"{out}/checkpoints/00-*/_done/part-*", 8),
+        "dedup-candidates": markers(f"{out}/checkpoints/02-fuzzy_dedup.work/01-candidates/"
+                                    f"_done/*.json", 3),
+        "dedup-drop": markers(f"{out}/checkpoints/02-fuzzy_dedup/_done/part-*", 5),
+        "shard-route": markers(f"{out}/shards/_route/part-*.docs.npy", 5),
+        "shard-write": markers(f"{out}/shards/train/train-*.idx", 1),
+    }[phase]
+    p = start(pipe)
+    hit = wait_for(p, ready)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.communicate(timeout=60)
+    assert hit, f"the run ended before reaching {phase}"
+    assert group_gone(p.pid)
+    assert not (out / "shards" / "manifest.json").exists()
+    again = start(pipe)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-3000:]
+    assert digests(out) == reference
+    summary = json.loads((out / "run.json").read_text())
+    assert summary["status"] == "complete" and summary["accounting"]["balanced"]
+    if phase == "read":   # the finished read partitions were kept
+        assert summary["segments"][0]["reused"] >= 8
+
+
+def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(corpus, reference):
+    out = corpus / "sigint"
+    pipe = pipeline_file(corpus, out)
+    p = start(pipe)
+    assert wait_for(p, markers(f"{out}/checkpoints/00-*/_done/part-*", 5))
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130
+    assert err.strip().splitlines()[-1] == "interrupted — run the same command again to resume"
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert group_gone(p.pid)
+    assert json.loads((out / "run.json").read_text())["status"] == "failed"
+    again = start(pipe)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-3000:]
+    assert digests(out) == reference
+
+
+@pytest.mark.slow
+def test_soak_random_kill_points(corpus, reference):
+    """20 rounds: SIGKILL the group at a random moment, rerun, until a run completes; each
+    round's final output must equal the reference."""
+    import random
+
+    rng = random.Random(int(os.environ.get("GPUPIPE_SOAK_SEED", "1")))
+    log = []
+    for round_ in range(int(os.environ.get("GPUPIPE_SOAK_ROUNDS", "20"))):
+        out = corpus / f"soak-{round_}"
+        pipe = pipeline_file(corpus, out)
+        kills = 0
+        while True:
+            p = start(pipe)
+            delay = rng.uniform(0.3, 9.0)
+            try:
+                p.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate(timeout=60)
+                assert group_gone(p.pid)
+                kills += 1
+                continue
+            _, err = p.communicate()
+            assert p.returncode == 0, err[-3000:]
+            break
+        assert digests(out) == reference, f"round {round_} after {kills} kill(s)"
+        log.append(kills)
+    print(f"soak: {len(log)} rounds, kills per round {log}, all byte-identical")
