@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -27,9 +28,22 @@ def atomic_path(path: str) -> Iterator[str]:
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as e:
+        if e.errno in _FULL:
+            from gpupipe.errors import OutputError
+
+            raise OutputError(f"{path}: cannot write: {e.strerror} (the disk or the quota is "
+                              f"full, or a file size limit is reached); free space or choose "
+                              f"another output.path, then run again to resume. No partial "
+                              f"file was left under that name") from None
+        raise
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+#: errno values that mean "no room": ENOSPC, EDQUOT, EFBIG
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
 def write_bytes(payload, path: str) -> dict:

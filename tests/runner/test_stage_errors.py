@@ -90,3 +90,43 @@ def test_a_changed_input_or_setting_is_named_before_resuming(client, corpus, tmp
         f"resuming {out}: input files added: {corpus / 'c.jsonl'}; the stages from there on are "
         f"recomputed"]
     assert res.summary["output"]["docs"] == 90
+
+
+def test_a_full_disk_is_a_clear_error_and_leaves_no_partial_file(tmp_path):
+    """RLIMIT_FSIZE stands in for a full disk: every write past 200 kB fails (EFBIG, which
+    Python's processes receive as an error, not as SIGXFSZ)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    pipe = tmp_path / "p.yaml"
+    pipe.write_text(f"input: {{path: {REPO / 'data' / 'sample'}}}\n"
+                    f"stages: [{{stage: length_filter, min_words: 5}}]\n"
+                    f"output: {{path: {tmp_path / 'o'}}}\n")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "gpupipe"), "run",
+                        str(pipe), "-w", "1", "--no-progress"], capture_output=True, text=True,
+                       preexec_fn=limit, timeout=300)
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and ": cannot write: " in last
+    assert "[errno 27] File too large" in last and "run again to resume" in last
+    assert "Traceback" not in r.stderr
+    written = [p for p in (tmp_path / "o").rglob("*") if p.is_file()]
+    assert [p for p in written if p.name.startswith(".")] == []   # no temporary file left
+    # every Parquet file there is whole (a reader opens it)
+    import json
+
+    import pyarrow.parquet as pq
+
+    for p in written:
+        if p.suffix == ".parquet":
+            pq.read_metadata(p)
+
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["status"] == "failed"
