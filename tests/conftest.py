@@ -61,7 +61,13 @@ def _chdir_repo(monkeypatch):
 
 
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests run only where a GPU ran a cuDF computation (imports alone prove nothing)."""
+    """`gpu` tests run only where a GPU ran a cuDF computation (imports alone prove nothing);
+    ``slow`` tests (the fault soak) only when asked for: ``pytest -m slow``."""
+    if "slow" not in (config.getoption("-m") or ""):
+        slow = pytest.mark.skip(reason="slow: run with `pytest -m slow`")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(slow)
     if not any("gpu" in item.keywords for item in items):
         return
     from gpupipe.backend import probe_gpu
@@ -72,14 +78,4 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason=f"no usable GPU: {why}")
     for item in items:
         if "gpu" in item.keywords:
-            item.add_marker(skip)
-
-
-def pytest_collection_modifyitems(config, items):
-    """``slow`` tests (the fault soak) run only when asked for: ``pytest -m slow``."""
-    if "slow" in (config.getoption("-m") or ""):
-        return
-    skip = pytest.mark.skip(reason="slow: run with `pytest -m slow`")
-    for item in items:
-        if "slow" in item.keywords:
             item.add_marker(skip)
