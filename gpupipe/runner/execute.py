@@ -220,9 +220,8 @@ def make_pipeline_source(pipeline):
     """The source of a pipeline: its input, or its named inputs read as one."""
     if pipeline.inputs is None:
         return make_source(pipeline.input, pipeline.cluster)
-    from gpupipe.io.multi import MultiSource
-
     from gpupipe.errors import InputError
+    from gpupipe.io.multi import MultiSource
 
     sources = []
     for name, spec in pipeline.inputs.items():

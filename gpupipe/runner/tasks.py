@@ -98,7 +98,7 @@ def isolate_failures(st, df):
     failed: list = []
 
     def run(lo: int, hi: int) -> None:
-        part = df.iloc[lo:hi]
+        part = df.iloc[lo:hi].reset_index(drop=True)   # stages expect rows numbered from 0
         try:
             parts.append(st.process(part))
         except GpupipeError:
@@ -115,7 +115,10 @@ def isolate_failures(st, df):
 
     run(0, len(df))
     frames = [r.frame for r in parts]
-    frame = seam.like(df, pd.concat([seam.to_host(f) for f in frames], ignore_index=True))         if frames else seam.filter_rows(df, np.zeros(len(df), dtype=bool))
+    if frames:
+        frame = seam.like(df, pd.concat([seam.to_host(f) for f in frames], ignore_index=True))
+    else:
+        frame = seam.filter_rows(df, np.zeros(len(df), dtype=bool))
     drops: dict = {"stage_error": len(failed)}
     counters: dict = {}
     rejected = [r.rejected for r in parts if r.rejected is not None]
