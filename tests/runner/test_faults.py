@@ -130,6 +130,45 @@ def test_sigkill_of_the_process_group_then_rerun(corpus, reference, phase):
         assert summary["segments"][0]["reused"] >= 8
 
 
+def worker_pids(driver: int) -> list[int]:
+    kids = subprocess.run(["pgrep", "-P", str(driver)], capture_output=True,
+                          text=True).stdout.split()
+    out = []
+    for k in kids:
+        try:
+            if "spawn_main" in open(f"/proc/{k}/cmdline").read():
+                out.append(int(k))
+        except OSError:
+            pass
+    return out
+
+
+def test_sigkill_of_one_worker_the_run_goes_on(corpus, reference):
+    out = corpus / "kill-worker"
+    p = start(pipeline_file(corpus, out))
+    assert wait_for(p, markers(f"{out}/checkpoints/00-*/_done/part-*", 5))
+    workers = worker_pids(p.pid)
+    assert len(workers) == 2
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-3000:]   # the nanny restarts it; Dask reruns its tasks
+    assert digests(out) == reference
+
+
+def test_sigkill_of_the_driver_alone_leaves_no_process(corpus, reference):
+    out = corpus / "kill-driver"
+    pipe = pipeline_file(corpus, out)
+    p = start(pipe)
+    assert wait_for(p, markers(f"{out}/checkpoints/00-*/_done/part-*", 5))
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate(timeout=60)
+    assert group_gone(p.pid, within=30)   # the orphaned workers notice and exit
+    again = start(pipe)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-3000:]
+    assert digests(out) == reference
+
+
 def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(corpus, reference):
     out = corpus / "sigint"
     pipe = pipeline_file(corpus, out)
