@@ -735,6 +735,7 @@ def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, ba
                    os.path.join(directory, "_segment.json"))
         buckets = max(1, source.npartitions)
         ctx = StepContext(source=source, output_dir=out, position=seg.positions[0], backend=on,
+                          stage_name=st.stage_name,
                           work_dir=_work_dir(seg.work_directory(out),
                                              f"{fp} partitions={source.npartitions} "
                                              f"buckets={buckets}"),

@@ -10,6 +10,7 @@ import time
 import pyarrow as pa
 
 from gpupipe import seam
+from gpupipe.faults import failpoint
 from gpupipe.frame import TEXT
 from gpupipe.io.writer import write_json, write_npy, write_parquet
 from gpupipe.runner.tasks import _touch, marker_path, part_name, source_counts
@@ -75,6 +76,7 @@ def run_task(i: int, *, step, ctx: StepContext, out_dir: str | None = None,
     else:
         report["seconds"] = time.perf_counter() - t0
         write_json(report, os.path.join(ctx.step_dir(step.name), "_done", part_name(i) + ".json"))
+    failpoint(f"step/{ctx.stage_name}/{step.name}/{i}")
     return report
 
 
@@ -135,6 +137,7 @@ def run_steps(client, stage, ctx: StepContext, *, out_dir: str, stats_dir: str, 
             out = step.fn(ctx)
             _write_outputs(step, ctx, 0, out)
             bar.advance()
+            failpoint(f"step/{stage.stage_name}/{step.name}/0")
             step_reports, n, computed = [{"counters": out.counters, "drops": {}}], 1, 1
         else:
             n = _task_count(step, ctx)
@@ -159,4 +162,5 @@ def run_steps(client, stage, ctx: StepContext, *, out_dir: str, stats_dir: str, 
             reports = sorted(step_reports, key=lambda r: r["partition"])
         else:
             write_json(entry, complete)
+            failpoint(f"step-done/{stage.stage_name}/{step.name}")
     return reports, {"counters": counters, "drops": drops, "steps": info}

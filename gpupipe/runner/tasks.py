@@ -7,6 +7,7 @@ import time
 
 from gpupipe import seam
 from gpupipe.errors import GpupipeError, StageError
+from gpupipe.faults import failpoint
 from gpupipe.frame import ID, TEXT
 from gpupipe.io.writer import write_json, write_parquet
 
@@ -176,6 +177,7 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
     report["seconds"] = time.perf_counter() - t0
     write_json(report, os.path.join(stats_dir, part_name(i) + ".json"))
     _touch(marker_path(out_dir, i))
+    failpoint(f"row/{os.path.basename(out_dir)}/{i}")
     return report
 
 

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
+from gpupipe.faults import failpoint
 from gpupipe.io.writer import write_bytes, write_json, write_npy
 from gpupipe.shards.megatron import write_indexed
 from gpupipe.shards.routing import SPLIT_ORDER, assign_splits, doc_keys, ranges
@@ -63,6 +64,7 @@ def route_partition(p: int, data_file: str, *, route_dir: str, seed: int, fracti
     tokens_per_split = {s: int(lengths[docs["split"] == k].sum()) for k, s in
                         enumerate(SPLIT_ORDER)}
     docs_per_split = {s: int((docs["split"] == k).sum()) for k, s in enumerate(SPLIT_ORDER)}
+    failpoint(f"shard-route/{p}")
     return {"partition": p, "tokens": tokens_per_split, "docs": docs_per_split}
 
 
@@ -218,6 +220,7 @@ def write_shard(split: str, shard: int, n_shards: int, source: tuple[int, str] |
         files = write_indexed(prefix, tokens, lengths)
     out = {"split": split, "shard": shard, "prefix": rel, "documents": documents,
            "sequences": int(len(lengths)), "tokens": int(tokens.size), "files": files}
+    failpoint(f"shard-write/{split}/{shard}")
     if source is not None:
         out["source"] = source[1]
     if by_source is not None:
@@ -271,6 +274,7 @@ def write_manifest(shards_dir: str, *, shards: list[dict], spec: dict, tokenizer
         with open(os.path.join(shards_dir, "data_args.txt"), "w", encoding="utf-8") as f:
             f.write(" ".join(per_split["train"]) + "\n")
         write_json(per_split, os.path.join(shards_dir, "per_split_data_args.json"))
+    failpoint("manifest")
     write_json(manifest, os.path.join(shards_dir, "manifest.json"))  # last: the commit marker
     return manifest
 

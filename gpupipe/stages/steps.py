@@ -115,6 +115,8 @@ class StepContext:
     backend: str = "pandas"
     #: buckets of every shuffle
     buckets: int = 1
+    #: the stage's name (failpoints, messages)
+    stage_name: str = ""
     #: step name -> its directory name (``<k>-<name>``), filled in by the runner
     step_dirs: dict[str, str] = dataclasses.field(default_factory=dict)
 

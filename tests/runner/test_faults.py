@@ -100,24 +100,28 @@ def markers(pattern: str, at_least: int):
     return ready
 
 
-@pytest.mark.parametrize("phase", ["read", "dedup-candidates", "dedup-drop", "shard-route",
-                                   "shard-write"])
-def test_sigkill_of_the_process_group_then_rerun(corpus, reference, phase):
-    out = corpus / f"kill-{phase}"
+FUZZY = ["signatures", "candidates", "pairs", "select", "prepare", "drop"]
+
+
+@pytest.mark.parametrize("point", [
+    "row/00-length_filter/10",                            # the read + row segment
+    "step/exact_dedup/keys/7", "step/exact_dedup/losers/3",
+    *[f"step/fuzzy_dedup/{s}/{0 if s in ('select', 'prepare') else 3}" for s in FUZZY],
+    "step-done/fuzzy_dedup/pairs",                         # between two steps
+    "shard-route/20", "shard-write/train/1",
+    "manifest",                                            # shards written, manifest not yet
+])
+def test_sigkill_of_the_process_group_then_rerun(corpus, reference, point):
+    """A failpoint kills the driver and every worker (SIGKILL to the group) right after the
+    named piece of work is written; the rerun resumes and gives the reference bytes."""
+    out = corpus / ("kill-" + point.replace("/", "-"))
     pipe = pipeline_file(corpus, out)
-    ready = {
-        "read": markers(f"{out}/checkpoints/00-*/_done/part-*", 8),
-        "dedup-candidates": markers(f"{out}/checkpoints/02-fuzzy_dedup.work/01-candidates/"
-                                    f"_done/*.json", 3),
-        "dedup-drop": markers(f"{out}/checkpoints/02-fuzzy_dedup/_done/part-*", 5),
-        "shard-route": markers(f"{out}/shards/_route/part-*.docs.npy", 5),
-        "shard-write": markers(f"{out}/shards/train/train-*.idx", 1),
-    }[phase]
-    p = start(pipe)
-    hit = wait_for(p, ready)
-    os.killpg(p.pid, signal.SIGKILL)
-    p.communicate(timeout=60)
-    assert hit, f"the run ended before reaching {phase}"
+    p = subprocess.Popen([BIN, "run", str(pipe), "-w", "2", "--no-progress"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True, cwd=REPO,
+                         env={**os.environ, "GPUPIPE_FAILPOINTS": point})
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == -signal.SIGKILL, err[-2000:]
     assert group_gone(p.pid)
     assert not (out / "shards" / "manifest.json").exists()
     again = start(pipe)
@@ -126,8 +130,13 @@ def test_sigkill_of_the_process_group_then_rerun(corpus, reference, phase):
     assert digests(out) == reference
     summary = json.loads((out / "run.json").read_text())
     assert summary["status"] == "complete" and summary["accounting"]["balanced"]
-    if phase == "read":   # the finished read partitions were kept
-        assert summary["segments"][0]["reused"] >= 8
+    if point.startswith("row/"):      # the partitions written before the kill were kept
+        assert summary["segments"][0]["reused"] >= 1
+    if point.startswith("step/fuzzy_dedup/"):   # the steps before were not redone
+        k = FUZZY.index(point.split("/")[2])
+        steps = next(s for s in summary["stages"] if s["stage"] == "fuzzy_dedup")["steps"]
+        assert [s["computed"] for s in steps[:k]] == [0] * k
+        assert steps[k]["computed"] < steps[k]["tasks"] or steps[k]["tasks"] == 1
 
 
 def worker_pids(driver: int) -> list[int]:
