@@ -1,8 +1,12 @@
 """gpupipe: declarative LLM training-data pipelines on pandas or cuDF, distributed with Dask.
 
 >>> import gpupipe as gp
->>> sorted(gp.stage_names())[:2]
-['length_filter', 'normalize_text']
+>>> p = gp.Pipeline(input="data/sample", output="out/example",
+...                 stages=[gp.stages.NormalizeText(), gp.stages.LengthFilter(min_words=20)])
+>>> [s.describe() for s in p.stages]
+['normalize_text()', 'length_filter(min_words=20)']
+>>> {"normalize_text", "fuzzy_dedup", "decontaminate", "tokenize"} <= set(gp.stage_names())
+True
 """
 
 from __future__ import annotations

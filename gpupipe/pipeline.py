@@ -29,6 +29,20 @@ class Pipeline(PipelineSpec):
             data = apply_overrides(data, overrides)
         return parse_pipeline(data, source=path, lines=lines, cls=cls)
 
+    def _repr_html_(self) -> str:
+        from gpupipe.notebook import pipeline_html
+
+        return pipeline_html(self)
+
+    def preview(self, n: int = 200, seed: int = 0, path: str | None = None):
+        """Run the row-local stages in this process on ``n`` sampled documents, dropping none:
+        a pandas DataFrame with a column per filter (``keep`` or the reason it would drop the
+        document), ``verdict`` (what the run would do), and the stages' rewrites and
+        annotations. See `gpupipe.notebook.preview`."""
+        from gpupipe.notebook import preview
+
+        return preview(self, n=n, seed=seed, path=path)
+
     @classmethod
     def from_dict(cls, data: dict[str, Any], overrides: list[str] | None = None) -> Pipeline:
         if overrides:

@@ -82,7 +82,11 @@ def device(fn=None, *, inline: bool = False):
     """
     if fn is None:
         return lambda f: device(f, inline=inline)
-    cpu = numba.njit(cache=True, nogil=True, inline="always" if inline else "never")(fn)
+    options = dict(nogil=True, inline="always" if inline else "never")
+    try:
+        cpu = numba.njit(cache=True, **options)(fn)
+    except RuntimeError:  # defined where numba cannot cache (a notebook cell, a doctest)
+        cpu = numba.njit(**options)(fn)
     return SimulatedRoutine(fn, cpu) if SIMULATOR else cpu
 
 

@@ -73,6 +73,11 @@ class RunResult:
         frames = [from_arrow(pq.read_table(os.path.join(self.data_path, f))) for f in files]
         return pd.concat(frames, ignore_index=True) if frames else None
 
+    def _repr_html_(self) -> str:
+        from gpupipe.notebook import result_html
+
+        return result_html(self)
+
     def __repr__(self) -> str:
         out = self.summary["output"]
         return (f"RunResult(output={self.output!r}, docs={out['docs']:,}, "

@@ -126,6 +126,11 @@ class Stage:
                 changed.append(f"{f.name}={value!r}")
         return f"{self.stage_name}({', '.join(changed)})"
 
+    def _repr_html_(self) -> str:
+        from gpupipe.notebook import stage_html
+
+        return stage_html(self)
+
     @classmethod
     def summary(cls) -> str:
         """The first paragraph of the docstring, on one line."""
