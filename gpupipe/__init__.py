@@ -29,6 +29,14 @@ from gpupipe.registry import all_stages
 from gpupipe.runner import RunResult
 
 
+def explain_document(pipeline, text: str):
+    """One text through ``pipeline``'s row-local stages: every measure, its bounds and each
+    filter's verdict (`gpupipe.notebook.explain_document`)."""
+    from gpupipe.notebook import explain_document as run
+
+    return run(pipeline, text)
+
+
 def stage_names() -> list[str]:
     return list(all_stages())
 

@@ -84,7 +84,6 @@ def preview(p, n: int = 200, seed: int = 0, path: str | None = None):
 
     from gpupipe.runner.execute import make_pipeline_source, make_source
     from gpupipe.spec import InputSpec
-    from gpupipe.stages.base import Filter
 
     source = make_source(InputSpec(path=path)) if path is not None else make_pipeline_source(p)
     rng = np.random.default_rng(seed)
@@ -98,29 +97,83 @@ def preview(p, n: int = 200, seed: int = 0, path: str | None = None):
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if len(df) > n:
         df = df.iloc[np.sort(rng.choice(len(df), n, replace=False))].reset_index(drop=True)
-    verdicts = {}
-    names = [st.stage_name for st in p.all_stages()]
-    for pos, st in enumerate(p.all_stages()):
-        if st.kind != "row" or st.stage_name == "tokenize":
-            continue
-        inner = getattr(st, "inner", st)
-        if isinstance(inner, Filter):
-            look = dataclasses.replace(inner, mode="annotate") if inner.mode == "drop" else inner
-            part = look.process(df).frame
-            reason = part[look.reason_column]
-            label = st.stage_name if names.count(st.stage_name) == 1 else f"{st.stage_name}-{pos}"
-            verdicts[label] = reason.astype(object).where(reason.notna(), "keep")
-            extra = [c for c in part.columns if c not in df.columns and c != look.reason_column]
-            df = part.drop(columns=[look.reason_column]).assign(
-                **{c: part[c] for c in extra}) if inner.mode == "drop" else part
-        else:
-            df = st.process(df).frame
+    df, verdicts, measured = _walk(p, df)
     out = df.copy()
     for name, v in verdicts.items():
         out[name] = v.to_numpy()
+        for m, values in measured.get(name, {}).items():
+            out[f"{name}.{m}"] = np.asarray(values)
     names = list(verdicts)
     if names:   # what the run does: the first filter that fails drops the document
         out["verdict"] = [next((f"{c}: {out[c].iloc[k]}" for c in names
                                 if out[c].iloc[k] != "keep"), "keep")
                           for k in range(len(out))]
     return out
+
+
+def _walk(p, df):
+    """Every row-local stage of ``p`` on ``df`` in order, filters in annotate mode: (the frame
+    after them, each filter's verdicts, each filter's measures)."""
+    from gpupipe.stages.base import Filter
+
+    verdicts, measured = {}, {}
+    stages = p.all_stages()
+    names = [st.stage_name for st in stages]
+    for pos, st in enumerate(stages):
+        if st.kind != "row" or st.stage_name == "tokenize":
+            continue
+        inner = getattr(st, "inner", st)
+        if not isinstance(inner, Filter):
+            df = st.process(df).frame
+            continue
+        label = st.stage_name if names.count(st.stage_name) == 1 else f"{st.stage_name}-{pos}"
+        measured[label] = inner.measures(df)
+        look = dataclasses.replace(inner, mode="annotate") if inner.mode == "drop" else inner
+        part = look.process(df).frame
+        reason = part[look.reason_column]
+        verdicts[label] = reason.astype(object).where(reason.notna(), "keep")
+        df = part.drop(columns=[look.reason_column]) if inner.mode == "drop" else part
+    return df, verdicts, measured
+
+
+def explain_document(p, text: str, id: str = "doc"):
+    """For one text, stage by stage: every measure a filter computes, the parameters that
+    bound it and the verdict; transforms show whether they changed the text. A pandas
+    DataFrame with columns stage, measure, value, bound, verdict."""
+    import pandas as pd
+
+    from gpupipe.frame import STRING
+    from gpupipe.stages.base import Filter
+
+    df = pd.DataFrame({"id": pd.array([id], dtype=STRING), "text": pd.array([text], dtype=STRING)})
+    rows = []
+    stages = p.all_stages()
+    names = [st.stage_name for st in stages]
+    for pos, st in enumerate(stages):
+        if st.kind != "row" or st.stage_name == "tokenize":
+            rows.append([st.stage_name, "", None, "", "not previewed (needs the whole dataset)"
+                         if st.kind != "row" else "not previewed"])
+            continue
+        inner = getattr(st, "inner", st)
+        if not isinstance(inner, Filter):
+            before = df["text"].iloc[0]
+            df = st.process(df).frame
+            rows.append([st.stage_name, "text changed", df["text"].iloc[0] != before, "",
+                         "transform"])
+            continue
+        label = st.stage_name if names.count(st.stage_name) == 1 else f"{st.stage_name}-{pos}"
+        look = dataclasses.replace(inner, mode="annotate") if inner.mode == "drop" else inner
+        measures = inner.measures(df)
+        part = look.process(df).frame
+        reason = part[look.reason_column].iloc[0]
+        verdict = "keep" if pd.isna(reason) else f"drop: {reason}"
+        params = inner.params()
+        for m, values in measures.items():
+            bound = ", ".join(f"{'>=' if kind == 'min' else '<='} {params.get(name)} ({name})"
+                              for name, kind in inner.bounds.get(m, ())
+                              if params.get(name) is not None)
+            rows.append([label, m, float(values[0]), bound, verdict])
+        if not measures:
+            rows.append([label, "", None, "", verdict])
+        df = part.drop(columns=[look.reason_column]) if inner.mode == "drop" else part
+    return pd.DataFrame(rows, columns=["stage", "measure", "value", "bound", "verdict"])

@@ -78,3 +78,31 @@ def test_preview_verdicts_are_what_the_run_does(web):
         assert set(df[name]) <= reasons | {"keep"}
     again = p.preview(n=150, seed=3)
     assert again["id"].tolist() == df["id"].tolist()   # the draw is seeded
+
+
+def test_explain_document_shows_measures_bounds_and_verdicts():
+    p = gp.Pipeline(input="data/sample", output="unused", stages=[
+        gp.stages.NormalizeText(), gp.stages.LengthFilter(min_words=5, max_chars=100),
+        gp.stages.WordCountFilter(min_words=2)])
+    got = gp.explain_document(p, "one two three \r\n")   # normalised to "one two three"
+    assert got.to_dict("records") == [
+        {"stage": "normalize_text", "measure": "text changed", "value": True, "bound": "",
+         "verdict": "transform"},
+        {"stage": "length_filter", "measure": "chars", "value": 13.0,
+         "bound": "<= 100 (max_chars)", "verdict": "drop: too_few_words"},
+        {"stage": "length_filter", "measure": "words", "value": 3.0,
+         "bound": ">= 5 (min_words)", "verdict": "drop: too_few_words"},
+        {"stage": "word_count_filter", "measure": "words", "value": 3.0,
+         "bound": ">= 2 (min_words)", "verdict": "keep"},
+    ]
+
+
+def test_preview_measures_agree_with_the_verdicts(web):
+    p, _ = web
+    df = p.preview(n=150, seed=3)
+    short = df["gopher_quality"] == "too_few_words"
+    assert short.any()
+    assert (df.loc[short, "gopher_quality.words"] < 50).all()
+    assert (df.loc[df["gopher_quality"] == "keep", "gopher_quality.words"] >= 50).all()
+    punct = df["fineweb_quality"] == "line_punct_ratio"
+    assert (df.loc[punct, "fineweb_quality.line_punct_ratio"] < 0.12).all()

@@ -197,6 +197,14 @@ class Filter(FilterOptions, RowStage):
         """Per row: 0 to keep, ``k`` to drop for ``self.reasons[k - 1]``."""
         raise NotImplementedError
 
+    #: measure -> the parameters that bound it, as ``(parameter, "min" | "max")`` (what
+    #: `measures` computes; shown by ``preview`` and `gpupipe.explain_document`)
+    bounds: ClassVar[dict[str, tuple[tuple[str, str], ...]]] = {}
+
+    def measures(self, df: pd.DataFrame) -> dict[str, np.ndarray]:
+        """The numbers behind the decision, per row (empty for filters that do not say)."""
+        return {}
+
     def evaluate(self, df: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame, dict[str, int]]:
         """(reason codes, the frame with kept rows rewritten if the filter rewrites, counters)."""
         return np.asarray(self.reason_codes(df)), df, {}

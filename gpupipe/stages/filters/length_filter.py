@@ -40,6 +40,13 @@ class LengthFilter(Filter):
             if lo is not None and hi is not None and lo > hi:
                 raise ValueError(f"min_{unit} ({lo}) is greater than max_{unit} ({hi})")
 
+    bounds: ClassVar[dict] = {"chars": (("min_chars", "min"), ("max_chars", "max")),
+                              "words": (("min_words", "min"), ("max_words", "max"))}
+
+    def measures(self, df):
+        kernels, buffers = kernels_for(df), text_buffers(df[TEXT])
+        return {"chars": kernels.count_chars(*buffers), "words": kernels.count_words(*buffers)}
+
     def reason_codes(self, df):
         kernels, buffers = kernels_for(df), text_buffers(df[TEXT])
         checks = [None] * 4

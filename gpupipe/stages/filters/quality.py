@@ -88,6 +88,30 @@ class GopherQuality(Filter):
     #: case-sensitive, counted once each
     stop_words: tuple[str, ...] = STOP_WORDS
 
+    bounds: ClassVar[dict] = {
+        "words": (("min_doc_words", "min"), ("max_doc_words", "max")),
+        "mean_word_length": (("min_avg_word_length", "min"), ("max_avg_word_length", "max")),
+        "hash_ratio": (("max_symbol_word_ratio", "max"),),
+        "ellipsis_ratio": (("max_symbol_word_ratio", "max"),),
+        "bullet_lines_ratio": (("max_bullet_lines_ratio", "max"),),
+        "ellipsis_lines_ratio": (("max_ellipsis_lines_ratio", "max"),),
+        "alpha_words_ratio": (("min_alpha_words_ratio", "min"),),
+        "stop_words": (("min_stop_words", "min"),),
+    }
+
+    def measures(self, df):
+        f = kernels_for(df).gopher_quality_features(*_buffers(df), list(self.stop_words))
+        words, nonsym = f[:, GQ_WORDS], f[:, GQ_NONSYM]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = f[:, GQ_NONSYM_CHARS] / nonsym
+        return {"words": nonsym, "mean_word_length": mean,
+                "hash_ratio": _ratio(f[:, GQ_HASHES], words),
+                "ellipsis_ratio": _ratio(f[:, GQ_ELLIPSES], words),
+                "bullet_lines_ratio": _ratio(f[:, GQ_BULLET_LINES], f[:, GQ_LINES]),
+                "ellipsis_lines_ratio": _ratio(f[:, GQ_ELLIPSIS_LINES], f[:, GQ_LINES]),
+                "alpha_words_ratio": _ratio(f[:, GQ_ALPHA_WORDS], words),
+                "stop_words": f[:, GQ_STOP_WORDS]}
+
     def reason_codes(self, df):
         f = kernels_for(df).gopher_quality_features(*_buffers(df), list(self.stop_words))
         words, nonsym = f[:, GQ_WORDS], f[:, GQ_NONSYM]
@@ -191,6 +215,22 @@ class FineWebQuality(Filter):
     short_line_length: Annotated[int, Field(ge=0)] = 30
     char_duplicates_ratio: Fraction = 0.01
     new_line_ratio: Fraction = 0.3
+
+    bounds: ClassVar[dict] = {
+        "line_punct_ratio": (("line_punct_thr", "min"),),
+        "short_line_ratio": (("short_line_thr", "max"),),
+        "char_dup_ratio": (("char_duplicates_ratio", "max"),),
+        "newlines_per_word": (("new_line_ratio", "max"),),
+    }
+
+    def measures(self, df):
+        f = kernels_for(df).fineweb_features(*_buffers(df), self.stop_chars,
+                                             self.short_line_length)
+        lines = f[:, 0]
+        return {"lines": lines, "line_punct_ratio": _ratio(f[:, 1], lines),
+                "short_line_ratio": _ratio(f[:, 2], lines),
+                "char_dup_ratio": _ratio(f[:, 3], f[:, 4]),
+                "newlines_per_word": _ratio(f[:, 5], f[:, 6])}
 
     def reason_codes(self, df):
         f = kernels_for(df).fineweb_features(*_buffers(df), self.stop_chars,

@@ -38,6 +38,14 @@ class WordCountFilter(Filter):
             raise ValueError(f"min_words ({self.min_words}) is greater than max_words "
                              f"({self.max_words})")
 
+    bounds: ClassVar[dict] = {"words": (("min_words", "min"), ("max_words", "max"))}
+
+    def measures(self, df):
+        kernels, buffers = kernels_for(df), text_buffers(df[TEXT])
+        if self.count == "whitespace":
+            return {"words": kernels.count_words(*buffers)}
+        return {"words": kernels.count_tokens(*buffers, self.count == "words")}
+
     def reason_codes(self, df):
         kernels, buffers = kernels_for(df), text_buffers(df[TEXT])
         if self.count == "whitespace":
