@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 from gpupipe import __version__
@@ -131,6 +132,17 @@ def _type_name(prop: dict) -> str:
         if key in prop:
             name += f" {op} {prop[key]}"
     return name
+
+
+def cmd_report(args) -> int:
+    from gpupipe.report import write_report
+
+    if not os.path.exists(os.path.join(args.run_dir, "run.json")):
+        print(f"error: {args.run_dir} is not a gpupipe run directory (no run.json)",
+              file=sys.stderr)
+        return 2
+    print(write_report(args.run_dir))
+    return 0
 
 
 def cmd_schema(args) -> int:
@@ -400,6 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--compile-only: architectures (default sm_80,sm_90)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check_gpu)
+
+    p = sub.add_parser("report", help="(re)build <run>/report.html from a run directory")
+    p.add_argument("run_dir", help="the run directory (holding run.json)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("schema", help="print the JSON Schema of pipeline files")
     p.set_defaults(func=cmd_schema)

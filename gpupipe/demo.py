@@ -30,6 +30,7 @@ def main(run_dir: str) -> int:
         print(f"Megatron-LM / NeMo: --data-args-path {os.path.abspath(shards['data_args'])}")
         print(f"Verify: .venv/bin/gpupipe inspect {shards['directory']}")
     print(f"Per-stage statistics: {os.path.abspath(os.path.join(run_dir, 'run.json'))}")
+    print(f"Run report (open in a browser): {os.path.abspath(os.path.join(run_dir, 'report.html'))}")
     return 0
 
 

@@ -379,6 +379,12 @@ def execute(pipeline, *, client=None, workers: int | None = None,
         **summary,
     }
     write_json(summary, os.path.join(out, "run.json"))
+    try:
+        from gpupipe.report import write_report
+
+        write_report(out)
+    except Exception as e:  # the report is a view: never the reason a finished run fails
+        log.warning("report.html could not be written: %s: %s", type(e).__name__, e)
     return RunResult(out, summary)
 
 
