@@ -65,15 +65,30 @@ def _stats_seconds(run_dir: str) -> list[tuple[str, float]]:
     return sorted(out, key=lambda x: -x[1])[:10]
 
 
+#: partitions of the output read for the length and language charts (evenly spread): a
+#: report of a 10^5-partition run must not re-read the whole output
+SAMPLE_PARTITIONS = 16
+#: dedup audits larger than this are not read for the cluster table
+MAX_AUDIT_ROWS = 2_000_000
+
+
+def _sampled_outputs(run_dir: str) -> tuple[list[str], int]:
+    files = sorted(glob.glob(os.path.join(run_dir, "data", "part-*.parquet")))
+    if len(files) <= SAMPLE_PARTITIONS:
+        return files, len(files)
+    step = len(files) / SAMPLE_PARTITIONS
+    return [files[int(k * step)] for k in range(SAMPLE_PARTITIONS)], len(files)
+
+
 def _lengths(run_dir: str) -> list[tuple[str, float]]:
-    """Documents per text length bucket (characters) in the output."""
+    """Documents per text length bucket (characters) in the output (sampled partitions)."""
     import numpy as np
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     edges = [0, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000, float("inf")]
     counts = np.zeros(len(edges) - 1, dtype=np.int64)
-    for f in sorted(glob.glob(os.path.join(run_dir, "data", "part-*.parquet"))):
+    for f in _sampled_outputs(run_dir)[0]:
         n = pc.utf8_length(pq.read_table(f, columns=["text"])["text"]).to_numpy(
             zero_copy_only=False)
         counts += np.histogram(n, bins=edges)[0]
@@ -86,7 +101,7 @@ def _languages(run_dir: str) -> list[tuple[str, float]]:
     import pyarrow.parquet as pq
 
     counts: dict[str, int] = {}
-    for f in sorted(glob.glob(os.path.join(run_dir, "data", "part-*.parquet"))):
+    for f in _sampled_outputs(run_dir)[0]:
         if "language" not in pq.read_schema(f).names:
             return []
         for lang in pq.read_table(f, columns=["language"])["language"].to_pylist():
@@ -100,9 +115,13 @@ def _components(run_dir: str) -> list[list]:
     audit = os.path.join(run_dir, "dedup", "duplicates.parquet")
     if not os.path.isdir(audit):
         return []
+    files = sorted(glob.glob(os.path.join(audit, "*.parquet")))
+    if sum(pq.read_metadata(f).num_rows for f in files) > MAX_AUDIT_ROWS:
+        return []   # summarised by the counters in run.json; the audit is there to query
     sizes: dict = {}
-    for f in glob.glob(os.path.join(audit, "*.parquet")):
-        t = pq.read_table(f)
+    for f in files:
+        t = pq.read_table(f, columns=["id", "duplicate_of", "component"]) \
+            if "component" in pq.read_schema(f).names else pq.read_table(f)
         if "component" not in t.column_names:
             continue
         for comp, kept, doc in zip(t["component"].to_pylist(), t["duplicate_of"].to_pylist(),
@@ -148,7 +167,11 @@ def render(run_dir: str) -> str:
     if read.get("rejected"):
         out.append(bar_chart("read: set aside", [(k, float(v)) for k, v in
                                                  read["rejected"].items()]))
+    used, total = _sampled_outputs(run_dir)
     out.append("<h2>Output: text lengths and languages</h2>")
+    if len(used) < total:
+        out.append(f'<p class="note">from {len(used)} of {total:,} output partitions, evenly '
+                   f'spread</p>')
     out.append(bar_chart("documents by length (characters)", _lengths(run_dir)))
     langs = _languages(run_dir)
     if langs:
