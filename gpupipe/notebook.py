@@ -127,10 +127,14 @@ def _walk(p, df):
             df = st.process(df).frame
             continue
         label = st.stage_name if names.count(st.stage_name) == 1 else f"{st.stage_name}-{pos}"
+        if st is not inner:   # a source's own stage: its verdicts count for that source only
+            label = f"{st.source}: {label}"
         measured[label] = inner.measures(df)
         look = dataclasses.replace(inner, mode="annotate") if inner.mode == "drop" else inner
         part = look.process(df).frame
         reason = part[look.reason_column]
+        if st is not inner:
+            reason = reason.where(df["source"].to_numpy() == st.source, None)
         verdicts[label] = reason.astype(object).where(reason.notna(), "keep")
         df = part.drop(columns=[look.reason_column]) if inner.mode == "drop" else part
     return df, verdicts, measured
@@ -154,10 +158,10 @@ def explain_document(p, text: str, id: str = "doc"):
             rows.append([st.stage_name, "", None, "", "not previewed (needs the whole dataset)"
                          if st.kind != "row" else "not previewed"])
             continue
-        inner = getattr(st, "inner", st)
+        inner = getattr(st, "inner", st)   # a source's own stage: as if the text were its
         if not isinstance(inner, Filter):
             before = df["text"].iloc[0]
-            df = st.process(df).frame
+            df = inner.process(df).frame
             rows.append([st.stage_name, "text changed", df["text"].iloc[0] != before, "",
                          "transform"])
             continue
