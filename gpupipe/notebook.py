@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import os
 from typing import Any
 
 _STYLE = ("border-collapse:collapse;font-family:monospace;font-size:12px",
@@ -181,3 +182,21 @@ def explain_document(p, text: str, id: str = "doc"):
             rows.append([label, "", None, "", verdict])
         df = part.drop(columns=[look.reason_column]) if inner.mode == "drop" else part
     return pd.DataFrame(rows, columns=["stage", "measure", "value", "bound", "verdict"])
+
+
+class ReportView:
+    """A run's ``report.html`` shown in a notebook cell: the page goes into an ``<iframe
+    srcdoc>``, so its styles stay out of the notebook, and nothing is fetched."""
+
+    def __init__(self, path: str, height: int = 720):
+        self.path, self.height = path, height
+
+    def __repr__(self) -> str:
+        return f"report: {os.path.abspath(self.path)}"
+
+    def _repr_html_(self) -> str:
+        with open(self.path, encoding="utf-8") as f:
+            page = f.read()
+        return (f'<iframe class="gpupipe-report" title="gpupipe run report" '
+                f'srcdoc="{html.escape(page, quote=True)}" style="width:100%;height:'
+                f'{self.height}px;border:1px solid #ddd"></iframe>')

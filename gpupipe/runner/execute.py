@@ -47,6 +47,18 @@ class RunResult:
     def stats(self) -> dict:
         return self.summary
 
+    @property
+    def report_path(self) -> str:
+        """``<output>/report.html``, the run report (`gpupipe.report`)."""
+        return os.path.join(self.output, "report.html")
+
+    def report(self):
+        """The run report; in a notebook it renders inline (an isolated frame), elsewhere its
+        repr is the path to open in a browser."""
+        from gpupipe.notebook import ReportView
+
+        return ReportView(self.report_path)
+
     def stage(self, name_or_position: str | int) -> dict:
         for st in self.summary["stages"]:
             if name_or_position in (st["stage"], st["position"]):
