@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install lint bench data clean check-gpu-api
+.PHONY: demo test install lint bench data docs clean check-gpu-api
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "gpupipe needs Python >= 3.11 (set PYTHON=python3.11)")'
@@ -43,6 +43,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_shards.py
 	$(BIN)/python benchmarks/bench_dedup.py
 	$(BIN)/python benchmarks/bench_filters.py
+
+# docs/reference/ is generated from the schema and the stage registry (tests fail when stale)
+docs: $(STAMP)
+	$(BIN)/gpupipe docs
 
 data: $(STAMP)
 	$(BIN)/python data/make_sample.py

@@ -80,15 +80,18 @@ def cmd_explain(args) -> int:
 def cmd_stages(args) -> int:
     import dataclasses
 
-    from gpupipe.registry import all_stages
+    from gpupipe.registry import PLUGIN_ERRORS, PLUGIN_STAGES, all_stages
 
     stages = all_stages()
     if args.json:
         out = {}
         for name, cls in stages.items():
             out[name] = {"kind": cls.kind, "summary": cls.summary(), "reasons": list(cls.reasons),
-                         "parameters": {f.name: _default(f) for f in dataclasses.fields(cls)}}
+                         "parameters": {f.name: _default(f) for f in dataclasses.fields(cls)},
+                         "plugin": PLUGIN_STAGES.get(name)}
         print(json.dumps(out, indent=2, default=str))
+        for label, err in PLUGIN_ERRORS.items():
+            print(f"plugin {label} failed to load: {err}", file=sys.stderr)
         return 0
     from pydantic import TypeAdapter
 
@@ -99,13 +102,16 @@ def cmd_stages(args) -> int:
     for name, cls in stages.items():
         if args.name and name != args.name:
             continue
-        print(f"{name}  [{cls.kind}]  {cls.summary()}")
+        origin = f"  (plugin {PLUGIN_STAGES[name]})" if name in PLUGIN_STAGES else ""
+        print(f"{name}  [{cls.kind}]  {cls.summary()}{origin}")
         props = TypeAdapter(cls).json_schema().get("properties", {})
         for f in dataclasses.fields(cls):
             print(f"    {f.name}: {_type_name(props.get(f.name, {}))} = {_default(f)!r}")
         if cls.reasons:
             print(f"    drop reasons: {', '.join(cls.reasons)}")
         print()
+    for label, err in PLUGIN_ERRORS.items():
+        print(f"plugin {label} failed to load: {err}")
     return 0
 
 
@@ -149,6 +155,23 @@ def cmd_schema(args) -> int:
     from gpupipe.spec import json_schema
 
     print(json.dumps(json_schema(), indent=2))
+    return 0
+
+
+def cmd_docs(args) -> int:
+    from gpupipe import docgen
+
+    if args.check:
+        stale = docgen.stale(args.docs_dir)
+        for path in stale:
+            print(f"stale: {path} differs from what the code generates", file=sys.stderr)
+        if stale:
+            print("run `gpupipe docs` (make docs) and commit the result", file=sys.stderr)
+            return 1
+        print(f"{args.docs_dir}: the generated reference is current")
+        return 0
+    for path in docgen.write(args.docs_dir):
+        print(path)
     return 0
 
 
@@ -417,6 +440,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="the run directory (holding run.json)")
     p.set_defaults(func=cmd_report)
 
+    p = sub.add_parser("docs", help="write the generated reference (pipeline file, stages) "
+                                    "under docs/reference/")
+    p.add_argument("--docs-dir", default="docs", help="the docs directory (default: docs)")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 when a generated file is stale")
+    p.set_defaults(func=cmd_docs)
+
     p = sub.add_parser("schema", help="print the JSON Schema of pipeline files")
     p.set_defaults(func=cmd_schema)
     return ap
@@ -446,6 +476,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted — run the same command again to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `gpupipe stages | head`: the reader left; stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

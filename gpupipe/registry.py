@@ -1,8 +1,17 @@
-"""Stage registry: snake_case names used in pipeline files -> stage classes."""
+"""Stage registry: snake_case names used in pipeline files -> stage classes.
+
+Third-party packages add stages through the ``gpupipe.stages`` entry-point group: each entry
+point names a stage class (``my_stage = "my_package.stages:MyStage"``), or a module whose
+``@stage`` classes register on import. They load once, the first time the registry is read. A
+plugin that fails to load does not stop gpupipe: its error is logged, listed by
+``gpupipe stages``, and named in the message when a pipeline asks for a stage it would have
+provided.
+"""
 
 from __future__ import annotations
 
 import difflib
+import logging
 from typing import TYPE_CHECKING
 
 from gpupipe.errors import SpecError
@@ -11,6 +20,14 @@ if TYPE_CHECKING:
     from gpupipe.stages.base import Stage
 
 _REGISTRY: dict[str, type[Stage]] = {}
+#: entry-point group of third-party stages
+ENTRY_POINT_GROUP = "gpupipe.stages"
+#: "<entry point> (<distribution>)" -> why it failed to load
+PLUGIN_ERRORS: dict[str, str] = {}
+#: stage name -> "<entry point> (<distribution>)" for stages that came from a plugin
+PLUGIN_STAGES: dict[str, str] = {}
+_plugins_loaded = False
+log = logging.getLogger(__name__)
 
 
 def register(cls: type[Stage]) -> type[Stage]:
@@ -25,6 +42,42 @@ def register(cls: type[Stage]) -> type[Stage]:
 
 def _ensure_builtins() -> None:
     import gpupipe.stages  # noqa: F401  (registers the built-in stages)
+
+    _load_plugins()
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    import inspect
+    from importlib.metadata import entry_points
+
+    from gpupipe.stages.base import Stage
+
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        dist = getattr(ep.dist, "name", None) or "?"
+        label = f"{ep.name} = {ep.value} ({dist})"
+        before = set(_REGISTRY)
+        try:
+            obj = ep.load()
+            if inspect.isclass(obj):
+                if not issubclass(obj, Stage) or not getattr(obj, "stage_name", None):
+                    raise TypeError(f"{obj!r} is not a stage class (decorate it with "
+                                    f"@gpupipe.stages.stage(name))")
+                register(obj)
+            elif not inspect.ismodule(obj):
+                raise TypeError(f"expected a stage class or a module, got {type(obj).__name__}")
+        except Exception as e:  # noqa: BLE001 - a broken plugin must not stop gpupipe
+            PLUGIN_ERRORS[label] = f"{type(e).__name__}: {e}"
+            log.warning("stage plugin %s failed to load: %s: %s", label, type(e).__name__, e)
+            continue
+        added = set(_REGISTRY) - before
+        if inspect.isclass(obj):
+            added.add(obj.stage_name)
+        for name in added:
+            PLUGIN_STAGES.setdefault(name, label)
 
 
 def closest(name: str, candidates) -> str | None:
@@ -44,9 +97,11 @@ def get_stage(name: str) -> type[Stage]:
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):
+        broken = "".join(f"\n  plugin {label} failed to load: {err}"
+                         for label, err in PLUGIN_ERRORS.items())
         raise SpecError(
             f"unknown stage {name!r}{did_you_mean(name, _REGISTRY)} "
-            f"(`gpupipe stages` lists them all)"
+            f"(`gpupipe stages` lists them all){broken}"
         ) from None
 
 

@@ -351,18 +351,26 @@ class PipelineSpec(BaseModel):
     """A validated pipeline: input, stages in order, output, execution settings."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
-    version: Literal[1] = 1
-    name: str = "pipeline"
-    input: InputSpec | None = None
-    inputs: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")], SourceSpec] | None = None
-    mixture: MixtureSpec | None = None
-    backend: Literal["auto", "pandas", "cudf"] = "auto"
-    cluster: ClusterSpec = Field(default_factory=LocalClusterSpec)
+    version: Literal[1] = Field(1, description="version of the pipeline-file format")
+    name: str = Field("pipeline", description="a name for the run (logs, report, manifest)")
+    input: InputSpec | None = Field(None, description="one source of documents")
+    inputs: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")], SourceSpec] | None = Field(
+        None, description="instead of input: named sources, each with its own row-local "
+                          "stages; documents carry a `source` column")
+    mixture: MixtureSpec | None = Field(
+        None, description="token shares of the sources of inputs: in the shards")
+    backend: Literal["auto", "pandas", "cudf"] = Field(
+        "auto", description="dataframe library of the partitions; auto: cuDF when a GPU "
+                            "works, pandas otherwise")
+    cluster: ClusterSpec = Field(
+        default_factory=LocalClusterSpec,
+        description="where tasks run: local (default), cuda, address or scheduler_file")
     stages: list[Annotated[Stage, WithJsonSchema({"type": "object"})]] = Field(
-        default_factory=list)
-    output: OutputSpec
-    io: IoSpec = Field(default_factory=IoSpec)
-    seed: int = 0
+        default_factory=list, description="stages, run in order (see the stage reference)")
+    output: OutputSpec = Field(description="the run directory and the shards")
+    io: IoSpec = Field(default_factory=IoSpec, description="I/O settings")
+    seed: int = Field(0, description="recorded in run.json; random choices take their own "
+                                      "seeds (sample, fuzzy_dedup, output.shards, mixture)")
     _all_stages: list | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any):
