@@ -52,6 +52,38 @@ def bar_chart(title: str, items: list[tuple[str, float]], unit: str = "") -> str
     return "".join(parts)
 
 
+def pair_chart(title: str, items: list[tuple[str, float, float]],
+               names: tuple[str, str] = ("before", "after")) -> str:
+    """Two distributions side by side as inline SVG: per label, one bar each, as a share of its
+    own total (so a distribution of 10^6 documents read compares with one of 10^5 kept), with the
+    count and the share written beside it."""
+    if not items:
+        return f'<p class="note">{_e(title)}: nothing to show</p>'
+    totals = [sum(x[1] for x in items) or 1, sum(x[2] for x in items) or 1]
+    top = max(max(a / totals[0], b / totals[1]) for _, a, b in items) or 1
+    colors = ("#9bb7d9", "#2f5f9e")
+    h, label_w, bar_w = 30, 150, 420
+    parts = [f'<svg class="plot" role="img" aria-label="{_e(title)}" width="{label_w + bar_w + 150}"'
+             f' height="{h * len(items) + 40}">',
+             f'<text x="0" y="12" font-size="12" font-weight="bold">{_e(title)}</text>']
+    for j, (name, color) in enumerate(zip(names, colors)):
+        x = label_w + j * 150
+        parts.append(f'<rect x="{x}" y="20" width="10" height="10" fill="{color}"/>'
+                     f'<text x="{x + 14}" y="29" font-size="11">{_e(name)}</text>')
+    for k, (label, *values) in enumerate(items):
+        y = 36 + k * h
+        parts.append(f'<text x="0" y="{y + 14}" font-size="11">{_e(label[:24])}</text>')
+        for j, (v, color) in enumerate(zip(values, colors)):
+            share = v / totals[j]
+            w = max(1.0, bar_w * share / top)
+            yy = y + 2 + j * 12
+            parts.append(f'<rect x="{label_w}" y="{yy}" width="{w:.1f}" height="11" '
+                         f'fill="{color}"/><text x="{label_w + w + 4:.1f}" y="{yy + 9}" '
+                         f'font-size="10">{v:,.0f} ({share:.1%})</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
 def _stats_seconds(run_dir: str) -> list[tuple[str, float]]:
     out = []
     for f in glob.glob(os.path.join(run_dir, "stats", "*", "part-*.json")):
@@ -109,27 +141,147 @@ def _languages(run_dir: str) -> list[tuple[str, float]]:
     return sorted(((k, float(v)) for k, v in counts.items()), key=lambda x: -x[1])[:15]
 
 
-def _components(run_dir: str) -> list[list]:
+#: the texts of the largest clusters are looked up in the dedup stage's input checkpoint when
+#: it has at most this many partitions
+MAX_TEXT_FILES = 4096
+#: cluster sizes (documents, the kept one included) of the component-size histogram
+SIZE_BUCKETS = ((2, 2), (3, 3), (4, 5), (6, 10), (11, 100), (101, None))
+
+
+def _clusters(run_dir: str) -> tuple[dict, list[list]] | None:
+    """(cluster -> [documents, kept id, a removed id, stage], the 10 largest) from the dedup
+    audit; a cluster is a fuzzy component, or for exact dedup the copies of one kept document.
+    None when there is no audit or it is too large to read for a report."""
     import pyarrow.parquet as pq
 
     audit = os.path.join(run_dir, "dedup", "duplicates.parquet")
-    if not os.path.isdir(audit):
-        return []
     files = sorted(glob.glob(os.path.join(audit, "*.parquet")))
-    if sum(pq.read_metadata(f).num_rows for f in files) > MAX_AUDIT_ROWS:
-        return []   # summarised by the counters in run.json; the audit is there to query
+    if not files or sum(pq.read_metadata(f).num_rows for f in files) > MAX_AUDIT_ROWS:
+        return None   # summarised by the counters in run.json; the audit is there to query
     sizes: dict = {}
     for f in files:
-        t = pq.read_table(f, columns=["id", "duplicate_of", "component"]) \
-            if "component" in pq.read_schema(f).names else pq.read_table(f)
-        if "component" not in t.column_names:
-            continue
-        for comp, kept, doc in zip(t["component"].to_pylist(), t["duplicate_of"].to_pylist(),
-                                   t["id"].to_pylist()):
-            entry = sizes.setdefault(comp, [0, kept, doc])
+        t = pq.read_table(f)
+        kept_ids = t["duplicate_of"].to_pylist()
+        comps = (t["component"].to_pylist() if "component" in t.column_names
+                 else [None] * len(kept_ids))
+        stages = t["stage"].to_pylist() if "stage" in t.column_names else [None] * len(kept_ids)
+        for comp, kept, doc, stage in zip(comps, kept_ids, t["id"].to_pylist(), stages):
+            key = ("c", comp) if comp is not None else ("k", kept)
+            entry = sizes.setdefault((stage, key), [1, kept, doc, stage])
             entry[0] += 1
-    top = sorted(sizes.items(), key=lambda x: (-x[1][0], str(x[0])))[:10]
-    return [[n + 1, kept, doc] for _, (n, kept, doc) in top]
+    top = sorted(sizes.values(), key=lambda x: (-x[0], str(x[1])))[:10]
+    return sizes, top
+
+
+def _texts(run_dir: str, s: dict, wanted: dict[str, set]) -> dict:
+    """Texts of the documents ``wanted`` ({stage: ids}), from the input checkpoint of each
+    stage's segment (skipped when it has more than MAX_TEXT_FILES partitions or is gone)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    segs = s.get("segments", [])
+    found: dict = {}
+    for k, seg in enumerate(segs[1:], start=1):
+        ids = set().union(*(wanted.get(name, set()) for name in seg["stages"]))
+        files = sorted(glob.glob(os.path.join(run_dir, segs[k - 1]["directory"],
+                                              "part-*.parquet")))
+        if not ids or len(files) > MAX_TEXT_FILES:
+            continue
+        values = pa.array(sorted(ids), type=pa.large_string())
+        for f in files:
+            try:
+                mask = pc.is_in(pq.read_table(f, columns=["id"])["id"].cast(pa.large_string()),
+                                value_set=values)
+                if not pc.any(mask).as_py():
+                    continue
+                t = pq.read_table(f, columns=["id", "text"]).filter(mask)
+            except (OSError, ValueError, KeyError, pa.ArrowException):
+                continue
+            for i, text in zip(t["id"].to_pylist(), t["text"].to_pylist()):
+                found.setdefault(i, text)
+    return found
+
+
+def _snippet(text) -> str:
+    if text is None:
+        return "—"
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= 160 else flat[:157] + "…"
+
+
+def _dedup_section(run_dir: str, s: dict) -> list[str]:
+    stages = s.get("stages", [])
+    dedup = [st for st in stages if st["stage"] in ("fuzzy_dedup", "exact_dedup")]
+    if not dedup:
+        return []
+    out = ["<h2>Duplicates</h2>"]
+    for st in dedup:
+        c = st.get("counters", {})
+        if "components" in c:
+            out.append(f"<p>{st['position']}: {st['stage']}: components {c['components']:,}; "
+                       f"size p50 {c.get('component_size_p50')}, p90 "
+                       f"{c.get('component_size_p90')}, p99 {c.get('component_size_p99')}, "
+                       f"max {c.get('component_size_max')}</p>")
+    got = _clusters(run_dir)
+    if got is None:
+        out.append('<p class="note">no duplicates removed, or the audit '
+                   '(dedup/duplicates.parquet) is too large to summarise here</p>')
+        return out
+    sizes, top = got
+    hist = []
+    for lo, hi in SIZE_BUCKETS:
+        n = sum(1 for v in sizes.values() if v[0] >= lo and (hi is None or v[0] <= hi))
+        hist.append((f"{lo}" if lo == hi else f"{lo}+" if hi is None else f"{lo}–{hi}",
+                     float(n)))
+    out.append(bar_chart("clusters by size (documents, the kept one included)", hist))
+    wanted: dict[str, set] = {}
+    for _, kept, doc, stage in top:   # the audit names a stage "<position>:<name>"
+        wanted.setdefault(str(stage).split(":")[-1], set()).update((kept, doc))
+    texts = _texts(run_dir, s, wanted)
+    out.append("<p>The largest clusters (texts from the dedup stage's input):</p>")
+    out.append(_table(["documents", "kept", "its text", "a removed one", "its text"],
+                      [[n, kept, _snippet(texts.get(kept)), doc, _snippet(texts.get(doc))]
+                       for n, kept, doc, _ in top]))
+    return out
+
+
+def _distributions(run_dir: str, s: dict) -> list[str]:
+    """Text lengths and languages of the documents read and of the output. Runs record both in
+    run.json (every document, counted as it is read and written); for run directories from
+    before that, the output alone is read back from at most 16 partitions."""
+    read, output = s.get("read", {}), s.get("output", {})
+    out = ["<h2>Text lengths and languages, before and after</h2>"]
+    if "length_hist" not in output:
+        used, total = _sampled_outputs(run_dir)
+        if len(used) < total:
+            out.append(f'<p class="note">from {len(used)} of {total:,} output partitions, '
+                       f'evenly spread</p>')
+        out.append(bar_chart("output documents by length (characters)", _lengths(run_dir)))
+        langs = _languages(run_dir)
+        if langs:
+            out.append(bar_chart("output documents by language", langs))
+        return out
+    before = read.get("length_hist", {})
+    after = output["length_hist"]
+    out.append(pair_chart("documents by length (characters)",
+                          [(k, float(before.get(k, 0)), float(v)) for k, v in after.items()],
+                          (f"read ({read.get('docs', 0):,})", f"output ({output['docs']:,})")))
+    lid = next((st for st in s.get("stages", []) if st["stage"] == "language_id"), None)
+    seen = {k.removeprefix("language:"): v for k, v in (lid or {}).get("counters", {}).items()
+            if k.startswith("language:")}
+    kept = output.get("languages", {})
+    if seen or kept:
+        top = sorted(set(seen) | set(kept), key=lambda k: (-seen.get(k, 0), -kept.get(k, 0), k))
+        rows = [(k, float(seen.get(k, 0)), float(kept.get(k, 0))) for k in top[:15]]
+        rest = top[15:]
+        if rest:
+            rows.append((f"{len(rest)} others", float(sum(seen.get(k, 0) for k in rest)),
+                         float(sum(kept.get(k, 0) for k in rest))))
+        out.append(pair_chart("documents by language",
+                              rows, (f"at {lid['position']}: language_id" if lid else "before",
+                                     "output")))
+    return out
 
 
 def render(run_dir: str) -> str:
@@ -167,26 +319,8 @@ def render(run_dir: str) -> str:
     if read.get("rejected"):
         out.append(bar_chart("read: set aside", [(k, float(v)) for k, v in
                                                  read["rejected"].items()]))
-    used, total = _sampled_outputs(run_dir)
-    out.append("<h2>Output: text lengths and languages</h2>")
-    if len(used) < total:
-        out.append(f'<p class="note">from {len(used)} of {total:,} output partitions, evenly '
-                   f'spread</p>')
-    out.append(bar_chart("documents by length (characters)", _lengths(run_dir)))
-    langs = _languages(run_dir)
-    if langs:
-        out.append(bar_chart("documents by language", langs))
-    comps = _components(run_dir)
-    if comps:
-        out.append("<h2>Largest duplicate clusters</h2>")
-        fuzzy = next((st for st in stages if st["stage"] == "fuzzy_dedup"), None)
-        if fuzzy:
-            c = fuzzy.get("counters", {})
-            out.append(f"<p>components {c.get('components', 0):,}; size p50 "
-                       f"{c.get('component_size_p50')}, p90 {c.get('component_size_p90')}, "
-                       f"p99 {c.get('component_size_p99')}, max {c.get('component_size_max')}"
-                       f"</p>")
-        out.append(_table(["documents", "kept", "a removed one"], comps))
+    out += _distributions(run_dir, s)
+    out += _dedup_section(run_dir, s)
     shards = s.get("shards")
     if shards:
         out.append("<h2>Shards</h2>")

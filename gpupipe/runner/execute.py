@@ -16,7 +16,7 @@ from gpupipe.io.parquet import ParquetSource
 from gpupipe.io.writer import write_json
 from gpupipe.runner.plan import Segment, fingerprints, plan, rejected_directory
 from gpupipe.runner.progress import make_progress
-from gpupipe.runner.stats import format_table, merge_read, merge_stages
+from gpupipe.runner.stats import format_table, merge_profiles, merge_read, merge_stages
 from gpupipe.runner.tasks import (
     FrameReader,
     marker_path,
@@ -515,6 +515,7 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
         source = ParquetSource(files=files, root=directory, text_column="text", id_column="id",
                                columns=tuple(extra))
     read = merge_read(read_reports)
+    read.update(merge_profiles(read_reports, "read_profile"))
     if getattr(source_in, "left_out", ()):
         read["left_out"] = [{"path": p, "why": why} for p, why in source_in.left_out]
     stage_stats.sort(key=lambda s: s["position"])
@@ -533,7 +534,7 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
         "stages": stage_stats,
         "segments": seg_info,
         "output": {"path": out, "data": os.path.join(out, "data"), "partitions": len(reports),
-                   "docs": docs_prev, "bytes": bytes_prev},
+                   "docs": docs_prev, "bytes": bytes_prev, **merge_profiles(reports)},
         "accounting": {"records_in": records_in, "added": added, "docs_out": docs_prev,
                        "dropped": dropped, "rejected": rejected_records,
                        "balanced": records_in + added == docs_prev + dropped + rejected_records},
@@ -766,7 +767,9 @@ def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, ba
         reports, info = run_steps(client, st, ctx, out_dir=directory, stats_dir=stats_dir,
                                   bar=bar, label=f"[{seg.index}] {st.stage_name}",
                                   key=f"{seg.name}-{fp}")
-        computed = sum(s["computed"] for s in info["steps"])
+        # partitions of the stage's output computed now (the other steps' tasks are in
+        # info["steps"]): what the segment's computed / reused counts mean
+        computed = sum(s["computed"] for s in info["steps"] if s.get("output"))
     else:
         reports = _run_dask_global(client, seg, fp, source, directory, stats_dir, bar, out, on)
         computed, info = len(reports), None

@@ -4,6 +4,43 @@ from __future__ import annotations
 
 from collections import Counter
 
+#: text-length buckets (characters) of the length distributions in run.json and the report
+LENGTH_EDGES = (0, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
+LENGTH_LABELS = tuple([f"{a:,}–{b:,}" for a, b in zip(LENGTH_EDGES, LENGTH_EDGES[1:])]
+                      + [f"{LENGTH_EDGES[-1]:,}+"])
+
+
+def profile(df) -> dict:
+    """Documents per text-length bucket and, when the partition has a ``language`` column, per
+    language: what run.json records of the documents read and of the output (summed over
+    partitions; pandas or cuDF)."""
+    import numpy as np
+
+    from gpupipe import seam
+    from gpupipe.frame import TEXT
+
+    out: dict = {"length_hist": dict.fromkeys(LENGTH_LABELS, 0)}
+    if len(df):
+        chars = seam.kernels_for(df).count_chars(*seam.text_buffers(df[TEXT]))
+        chars = chars.get() if hasattr(chars, "get") else np.asarray(chars)
+        bins = np.searchsorted(np.asarray(LENGTH_EDGES[1:]), chars, side="right")
+        for k, n in enumerate(np.bincount(bins, minlength=len(LENGTH_LABELS))):
+            out["length_hist"][LENGTH_LABELS[k]] = int(n)
+    if "language" in df.columns:
+        counts = df["language"].fillna("?").value_counts()
+        counts = counts.to_pandas() if hasattr(counts, "to_pandas") else counts
+        out["languages"] = {str(k): int(v) for k, v in sorted(counts.items())}
+    return out
+
+
+def merge_profiles(reports: list[dict], key: str = "profile") -> dict:
+    total: dict = {}
+    for r in reports:
+        _add(total, r.get(key, {}))
+    if "languages" in total:
+        total["languages"] = dict(sorted(total["languages"].items(), key=lambda kv: -kv[1]))
+    return total
+
 
 def _add(total: dict, part: dict) -> None:
     for k, v in part.items():

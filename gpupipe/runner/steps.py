@@ -13,6 +13,7 @@ from gpupipe import seam
 from gpupipe.faults import failpoint
 from gpupipe.frame import TEXT
 from gpupipe.io.writer import write_json, write_npy, write_parquet
+from gpupipe.runner.stats import profile
 from gpupipe.runner.tasks import _touch, marker_path, part_name, source_counts
 from gpupipe.stages.steps import (
     Map,
@@ -65,7 +66,8 @@ def run_task(i: int, *, step, ctx: StepContext, out_dir: str | None = None,
     report = {"partition": i, "counters": out.counters, "drops": out.drops}
     if step.output:
         frame = out.table.reset_index(drop=True)
-        report.update(docs_out=len(frame), bytes_out=seam.byte_size(frame[TEXT]))
+        report.update(docs_out=len(frame), bytes_out=seam.byte_size(frame[TEXT]),
+                      profile=profile(frame))
         by_source = source_counts(frame)
         if by_source is not None:
             report["by_source"] = by_source
@@ -157,7 +159,7 @@ def run_steps(client, stage, ctx: StepContext, *, out_dir: str, stats_dir: str, 
         add_counts(counters, step_counters)
         entry = {"step": step.name, "kind": step.kind, "tasks": n,
                  "seconds": round(time.perf_counter() - t0, 4), "counters": step_counters}
-        info.append({**entry, "computed": computed})
+        info.append({**entry, "computed": computed, **({"output": True} if step.output else {})})
         if step.output:
             reports = sorted(step_reports, key=lambda r: r["partition"])
         else:

@@ -10,6 +10,7 @@ from gpupipe.errors import GpupipeError, StageError
 from gpupipe.faults import failpoint
 from gpupipe.frame import ID, TEXT
 from gpupipe.io.writer import write_json, write_parquet
+from gpupipe.runner.stats import profile
 
 
 def part_name(i: int) -> str:
@@ -161,6 +162,7 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
     if rejected_dir is not None:
         report["read"] = {**result.stats, "rejected": dict(result.rejected_counts),
                           "seconds": time.perf_counter() - t0}
+        report["read_profile"] = profile(result.frame)
         if result.rejected is not None:
             write_parquet(result.rejected, os.path.join(rejected_dir, part_name(i) + ".parquet"))
     files = {pos: os.path.join(d, part_name(i) + ".parquet")
@@ -174,6 +176,7 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
     write_parquet(seam.arrow_table(df), os.path.join(out_dir, part_name(i) + ".parquet"))
     report["docs_out"] = len(df)
     report["bytes_out"] = seam.byte_size(df[TEXT])
+    report["profile"] = profile(df)
     report["seconds"] = time.perf_counter() - t0
     write_json(report, os.path.join(stats_dir, part_name(i) + ".json"))
     _touch(marker_path(out_dir, i))
@@ -182,7 +185,8 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
 
 
 def write_global_partition(df, i: int, *, out_dir: str, stats_dir: str) -> dict:
-    report = {"partition": i, "docs_out": len(df), "bytes_out": seam.byte_size(df[TEXT])}
+    report = {"partition": i, "docs_out": len(df), "bytes_out": seam.byte_size(df[TEXT]),
+              "profile": profile(df)}
     write_parquet(seam.arrow_table(df.reset_index(drop=True)),
                   os.path.join(out_dir, part_name(i) + ".parquet"))
     write_json(report, os.path.join(stats_dir, part_name(i) + ".json"))

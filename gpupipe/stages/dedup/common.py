@@ -95,24 +95,36 @@ def clear_audit(output_dir: str, label: str) -> None:
         os.remove(f)
 
 
-def audit_table(lost: pd.DataFrame, label: str, runs: list[str],
-                extra: tuple[str, ...] = ()) -> pa.Table:
+#: every audit file has these columns, so the directory reads as one table (pandas, Dask,
+#: Arrow datasets take the schema of the first file)
+AUDIT_SCHEMA = pa.schema([("id", pa.string()), ("duplicate_of", pa.string()),
+                          ("duplicate_run", pa.string()), ("stage", pa.string()),
+                          ("similarity", pa.float64()), ("component", pa.int64())])
+
+
+def audit_table(lost: pd.DataFrame, label: str, runs: list[str]) -> pa.Table:
     """Audit rows of removed documents: id, duplicate_of, duplicate_run (the earlier run the kept
-    document is in; null within this run), stage, and ``extra`` columns."""
+    document is in; null within this run), stage, similarity (1.0 for exact copies) and
+    component (the near-duplicate component; null for exact dedup)."""
     kept_part, _ = split_codes(lost["kept"].to_numpy())
     run = [runs[(int(p) - OLD_BASE) >> OLD_RUN_SHIFT] if p >= OLD_BASE else None
            for p in kept_part]
+    n = len(lost)
+    similarity = (pa.array(lost["similarity"].to_numpy(), pa.float64()) if "similarity" in lost
+                  else pa.array(np.ones(n), pa.float64()))
+    component = (pa.array(lost["component"].to_numpy(), pa.int64()) if "component" in lost
+                 else pa.nulls(n, pa.int64()))
     return pa.table({
         "id": pa.array(lost["id"].astype(str).tolist(), pa.string()),
         "duplicate_of": pa.array(lost["duplicate_of"].astype(str).tolist(), pa.string()),
         "duplicate_run": pa.array(run, pa.string()),
-        "stage": pa.array([label] * len(lost), pa.string()),
-        **{c: pa.array(lost[c].to_numpy()) for c in extra},
-    })
+        "stage": pa.array([label] * n, pa.string()),
+        "similarity": similarity,
+        "component": component,
+    }, schema=AUDIT_SCHEMA)
 
 
-def drop_rows(ctx, i: int, lost: pa.Table | None, label: str, runs: list[str],
-              extra: tuple[str, ...] = ()):
+def drop_rows(ctx, i: int, lost: pa.Table | None, label: str, runs: list[str]):
     """Partition ``i`` of the stage input without the ``lost`` rows (``_gp_row``), writing their
     audit rows. Returns (frame, kept mask, number dropped)."""
     from gpupipe import seam
@@ -124,7 +136,7 @@ def drop_rows(ctx, i: int, lost: pa.Table | None, label: str, runs: list[str],
         return frame, mask, 0
     lost = lost.to_pandas().sort_values(ROW, kind="stable")
     mask[lost[ROW].to_numpy()] = False
-    write_parquet(audit_table(lost, label, runs, extra),
+    write_parquet(audit_table(lost, label, runs),
                   os.path.join(audit_dir(ctx.output_dir),
                                f"{audit_prefix(label)}-part-{i:05d}.parquet"))
     return seam.filter_rows(frame, mask), mask, len(lost)

@@ -128,7 +128,8 @@ class ExactDedup(GlobalStage):
 
     ``normalize`` hashes NFKC, lower-cased, whitespace-collapsed text instead. Documents are
     shuffled by hash; the kept one is chosen by ``keep`` (first in input order, longest,
-    smallest id). Every removal is written to ``dedup/duplicates.parquet/`` with the kept id.
+    smallest id). Every removal is written to ``dedup/duplicates.parquet/`` with the kept id
+    (similarity 1.0, component null: the columns fuzzy_dedup writes too).
     ``against``: earlier run directories whose kept documents count as already seen (their
     ``dedup/index/exact_dedup/``, which every run writes); a document identical to one of them
     is removed with ``duplicate_run`` naming the run. On cuDF the xxHash64 keys are computed on

@@ -634,8 +634,7 @@ def _prepare(stage_name: str, label: str, cfg: dict, ctx) -> Output:
 def _drop(label: str, runs: list[str], stage_name: str, ctx, i: int) -> Output:
     """Step ``drop``: partition ``i`` without its removed documents; the signatures and ids of
     the kept ones become partition ``i`` of this run's index."""
-    frame, mask, n = drop_rows(ctx, i, ctx.bucket("select", i), label, runs,
-                               extra=("similarity", "component"))
+    frame, mask, n = drop_rows(ctx, i, ctx.bucket("select", i), label, runs)
     sig = np.load(ctx.side("signatures", "sig", i, "npy"))[mask]
     ids = pq.read_table(ctx.side("signatures", "meta", i, "parquet"))["id"].filter(pa.array(mask))
     d = index_dir(ctx.output_dir, stage_name)
