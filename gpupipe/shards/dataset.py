@@ -53,9 +53,15 @@ class ShardSet:
 class TokenWindows:
     """Samples of ``seq_length + 1`` tokens over the documents of a `ShardSet`.
 
-    >>> ds = TokenWindows(ShardSet("out/quickstart/shards"), seq_length=512, seed=0)  # doctest: +SKIP
-    >>> sample = ds[0]; sample["input_ids"].shape                                   # doctest: +SKIP
-    (512,)
+    >>> import tempfile, gpupipe as gp
+    >>> run = gp.Pipeline.from_yaml("pipelines/quickstart.yaml").run(
+    ...     output=tempfile.mkdtemp(), workers=1, progress=False)
+    >>> docs = ShardSet(run.shards_path, split="train")
+    >>> ds = TokenWindows(docs, seq_length=512, seed=0)
+    >>> sample = ds[0]; sample["input_ids"].shape, sample["labels"].shape
+    ((512,), (512,))
+    >>> len(ds) == (int(docs.sizes.sum()) - 1) // 512
+    True
     """
 
     def __init__(self, docs: ShardSet, *, seq_length: int, seed: int = 0,

@@ -62,8 +62,13 @@ def write_indexed(prefix: str, tokens: np.ndarray, lengths: np.ndarray) -> dict:
 class IndexedDataset:
     """Memory-mapped reader of one prefix (numpy only).
 
-    >>> ds = IndexedDataset("out/quickstart/shards/train/train-00000")  # doctest: +SKIP
-    >>> len(ds), ds[0][:5], ds.sizes[:3]                                 # doctest: +SKIP
+    >>> import os, tempfile
+    >>> prefix = os.path.join(tempfile.mkdtemp(), "train-00000")
+    >>> docs = [[5, 6, 7, 0], [8, 9, 0], [10, 11, 12, 13, 14, 0]]   # EOD (0) ends each document
+    >>> files = write_indexed(prefix, np.array(sum(docs, []), np.uint16), np.array([4, 3, 6]))
+    >>> ds = IndexedDataset(prefix)
+    >>> len(ds), ds[1].tolist(), ds.sizes.tolist(), ds.verify()
+    (3, [8, 9, 0], [4, 3, 6], [])
     """
 
     def __init__(self, prefix: str):
