@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_shards.py
 	$(BIN)/python benchmarks/bench_dedup.py
 	$(BIN)/python benchmarks/bench_filters.py
+	$(BIN)/python benchmarks/bench_classify.py
 
 # docs/reference/ is generated from the schema and the stage registry (tests fail when stale)
 docs: $(STAMP)

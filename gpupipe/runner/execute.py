@@ -321,6 +321,18 @@ def count_block_lines(client, source, bar):
     return source.with_line_bases(counts)
 
 
+def _check_stages(pipeline) -> None:
+    """Each stage's `Stage.check`, before any data is read: a model that does not fit its
+    parameters stops the run here, not after hours of earlier stages."""
+    for pos, st in enumerate(pipeline.all_stages()):
+        try:
+            note = st.check()
+        except ValueError as e:
+            raise SpecError(f"stage {pos} ({st.stage_name}): {e}") from None
+        if note:
+            log.info("%d: %s: %s", pos, st.stage_name, note)
+
+
 def execute(pipeline, *, client=None, workers: int | None = None,
             progress: bool | str | None = None) -> RunResult:
     from gpupipe.backend import resolve_backend
@@ -340,6 +352,7 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     fps = fingerprints(segments, identity, vers["gpupipe"])
     out = pipeline.output.path
     _check_global_stages(pipeline, out)
+    _check_stages(pipeline)
     check_output_apart(pipeline, source)
     prepare_output(out, pipeline.output.overwrite)
     inputs = {f: [size, mtime] for f, size, mtime in identity["files"]}

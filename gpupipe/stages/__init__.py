@@ -19,11 +19,13 @@ from gpupipe.stages.filters.quality import (
 )
 from gpupipe.stages.filters.simple import RegexFilter, Sample, SymbolRatioFilter, WordCountFilter
 from gpupipe.stages.layout.repartition import Repartition
+from gpupipe.stages.models.classify import Classify
 from gpupipe.stages.transforms.normalize_text import NormalizeText
 from gpupipe.stages.transforms.pii import PiiRedact
 from gpupipe.stages.transforms.tokenize import Tokenize
 
 __all__ = [
+    "Classify",
     "LanguageId",
     "PiiRedact",
     "RegexFilter",

@@ -149,6 +149,12 @@ class Stage:
         """Lines ``explain`` shows under the stage (settings derived from the parameters)."""
         return []
 
+    def check(self) -> str | None:
+        """Called once on the client before any data is read: check what the parameters name
+        (model files, their inputs and classes) and raise ``ValueError`` with a message for the
+        user when something does not fit. Returns a line for the log, or None."""
+        return None
+
     def prepare(self) -> str | None:
         """Called once on the client before the stage's partitions run: build what every task
         shares (an index, a table) and keep it on the stage, which the runner then ships to

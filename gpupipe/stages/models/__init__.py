@@ -1,0 +1,1 @@
+"""Model stages: classifiers (fastText, ONNX Runtime)."""

@@ -1,0 +1,249 @@
+"""classify: score documents with a model (fastText or ONNX), optionally filter on the result."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from gpupipe import seam
+from gpupipe.frame import TEXT, text_array
+from gpupipe.stages.base import Filter, first_failure, stage
+from gpupipe.stages.models import runtimes
+
+
+@stage("classify")
+class Classify(Filter):
+    """Score every document with a model and add ``<name>_label`` (the most probable class) and
+    ``<name>_score``, or only ``<name>_score`` for a regression head; ``keep``, ``min_score``
+    and ``max_score`` turn it into a filter.
+
+    ``runtime: fasttext``: a fastText ``.bin`` (DCLM / FineWeb style classifiers); newlines
+    become spaces first (``newlines: space``), as fastText predicts one line.
+    ``runtime: onnx``: an ONNX model that takes HF-style ``input_ids`` and ``attention_mask``
+    (and ``token_type_ids`` as zeros when it has that input) from ``tokenizer`` (a tokenizers
+    JSON file), truncated to ``max_length``. Documents are sorted by token count inside a
+    partition and sent in batches of at most ``batch_tokens`` padded tokens; results go back in
+    the original order. The output (``output_name``, default the first) is logits unless
+    ``outputs: probabilities``; ``labels`` names its classes. A regression head
+    (``head: regression``) has one output column, the score as it is. ONNX Runtime uses CUDA when
+    its GPU build is installed and a GPU works, the CPU otherwise (``explain`` says which).
+
+    ``<name>_score`` of a classifier is the probability of ``score_label`` when given (e.g. the
+    ``hq`` class of a quality model), else of the predicted label. Models are loaded once per
+    worker process, lazily, and never shipped with the stage.
+    """
+
+    reasons: ClassVar[tuple[str, ...]] = ("label_not_kept", "score_below_min",
+                                          "score_above_max")
+
+    runtime: Literal["fasttext", "onnx"]
+    model: str
+    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = "quality"
+    head: Literal["classification", "regression"] = "classification"
+    labels: tuple[str, ...] | None = None
+    score_label: str | None = None
+    keep: tuple[str, ...] | None = None
+    min_score: float | None = None
+    max_score: float | None = None
+    newlines: Literal["space", "keep"] = "space"
+    tokenizer: str | None = None
+    max_length: Annotated[int, Field(ge=1)] = 512
+    batch_tokens: Annotated[int, Field(ge=1)] = 16384
+    input_ids_name: str = "input_ids"
+    attention_mask_name: str | None = "attention_mask"
+    output_name: str | None = None
+    outputs: Literal["logits", "probabilities"] = "logits"
+    threads: Annotated[int, Field(ge=1)] = 1
+
+    def __post_init__(self):
+        if not os.path.isfile(self.model):
+            raise ValueError(f"model {self.model!r} is not a file")
+        if self.runtime == "onnx":
+            if self.tokenizer is None:
+                raise ValueError("runtime: onnx needs tokenizer (a tokenizers JSON file)")
+            if not os.path.isfile(self.tokenizer):
+                raise ValueError(f"tokenizer {self.tokenizer!r} is not a file")
+        if self.runtime == "fasttext" and self.head == "regression":
+            raise ValueError("fastText models are classifiers: head: regression needs runtime: "
+                             "onnx")
+        if self.head == "regression" and (self.keep or self.labels or self.score_label):
+            raise ValueError("a regression head has no labels: keep, labels and score_label "
+                             "apply to classifiers")
+        if self.min_score is not None and self.max_score is not None \
+                and self.min_score > self.max_score:
+            raise ValueError(f"min_score ({self.min_score}) is greater than max_score "
+                             f"({self.max_score})")
+
+    # --- columns --------------------------------------------------------------------------
+
+    @property
+    def label_column(self) -> str:
+        return f"{self.name}_label"
+
+    @property
+    def score_column(self) -> str:
+        return f"{self.name}_score"
+
+    def added_columns(self) -> dict[str, str]:
+        cols = {self.score_column: "float32"}
+        if self.head == "classification":
+            cols = {self.label_column: "string", **cols}
+        return {**cols, **super().added_columns()}
+
+    def identity(self) -> dict:
+        """The model and tokenizer files (size, modification time): a new model recomputes."""
+        files = [f for f in (self.model, self.tokenizer) if f]
+        return {"files": [[f, os.path.getsize(f), os.stat(f).st_mtime_ns] for f in files]}
+
+    # --- the model ------------------------------------------------------------------------
+
+    def class_names(self) -> list[str]:
+        if self.runtime == "fasttext":
+            return runtimes.fasttext_labels(self.model)
+        width = self._onnx_width()
+        if self.labels is not None:
+            return list(self.labels)
+        return [str(k) for k in range(width)]
+
+    def _onnx_output(self, session):
+        outs = session.get_outputs()
+        if self.output_name is None:
+            return outs[0]
+        for o in outs:
+            if o.name == self.output_name:
+                return o
+        raise ValueError(f"{self.model}: no output named {self.output_name!r} (it has "
+                         f"{[o.name for o in outs]})")
+
+    def _onnx_width(self) -> int:
+        out = self._onnx_output(runtimes.onnx_session(self.model, self.threads))
+        dim = out.shape[-1] if out.shape else None
+        return int(dim) if isinstance(dim, int) else -1
+
+    def check(self) -> str:
+        """Load the model on the client and check it against the parameters: input and output
+        names, the number of classes, the labels named in keep / score_label. Returns a line
+        for the log."""
+        if self.runtime == "fasttext":
+            names = runtimes.fasttext_labels(self.model)
+            where = "fastText"
+        else:
+            runtimes.tokenizer(self.tokenizer, self.max_length)
+            session = runtimes.onnx_session(self.model, self.threads)
+            inputs = [i.name for i in session.get_inputs()]
+            wanted = [self.input_ids_name] + ([self.attention_mask_name]
+                                              if self.attention_mask_name else [])
+            missing = [n for n in wanted if n not in inputs]
+            if missing:
+                raise ValueError(f"{self.model}: the model has no input named "
+                                 f"{', '.join(map(repr, missing))}; its inputs are {inputs} "
+                                 f"(set input_ids_name / attention_mask_name)")
+            unfed = [n for n in inputs if n not in wanted and n != "token_type_ids"]
+            if unfed:
+                raise ValueError(f"{self.model}: the model also needs inputs {unfed}, which "
+                                 f"classify does not provide")
+            width = self._onnx_width()
+            if self.head == "regression" and width not in (1, -1):
+                raise ValueError(f"{self.model}: head: regression needs one output column; "
+                                 f"{self._onnx_output(session).name!r} has {width}")
+            if self.head == "classification" and width == 1:
+                raise ValueError(f"{self.model}: one output column is a regression head: set "
+                                 f"head: regression")
+            if self.labels is not None and width != -1 and len(self.labels) != width:
+                raise ValueError(f"{self.model}: labels names {len(self.labels)} classes; the "
+                                 f"model outputs {width}")
+            names = self.class_names() if self.head == "classification" else []
+            where = f"ONNX Runtime on {runtimes.provider(session)}"
+        for label in [*(self.keep or ()), *([self.score_label] if self.score_label else [])]:
+            if label not in names:
+                raise ValueError(f"{self.model}: no class {label!r} (the classes are {names})")
+        what = f"{len(names)} classes" if self.head == "classification" else "regression"
+        return f"classify {self.name}: {os.path.basename(self.model)}, {where}, {what}"
+
+    def explain_notes(self) -> list[str]:
+        try:
+            return [self.check()]
+        except Exception as e:  # noqa: BLE001 - explain shows the problem instead of failing
+            return [f"cannot load the model: {e}"]
+
+    def scores(self, texts: list[str]) -> np.ndarray:
+        """[documents, classes] probabilities (classification) or [documents, 1] scores."""
+        if self.runtime == "fasttext":
+            if self.newlines == "space":
+                texts = [t.replace("\n", " ") for t in texts]
+            return runtimes.fasttext_probabilities(self.model, texts)
+        return self._onnx_scores(texts)
+
+    def _onnx_scores(self, texts: list[str]) -> np.ndarray:
+        tok = runtimes.tokenizer(self.tokenizer, self.max_length)
+        session = runtimes.onnx_session(self.model, self.threads)
+        out_name = self._onnx_output(session).name
+        has_types = any(i.name == "token_type_ids" for i in session.get_inputs())
+        encodings = tok.encode_batch(texts)
+        lengths = np.array([max(1, len(e.ids)) for e in encodings], dtype=np.int64)
+        pad = runtimes.pad_id(tok)
+        result = None
+        for rows in runtimes.length_batches(lengths, self.batch_tokens):
+            width = int(lengths[rows].max())
+            ids = np.full((len(rows), width), pad, dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for r, k in enumerate(rows):
+                e = encodings[k].ids
+                ids[r, :len(e)] = e
+                mask[r, :max(1, len(e))] = 1
+            feed = {self.input_ids_name: ids}
+            if self.attention_mask_name:
+                feed[self.attention_mask_name] = mask
+            if has_types:
+                feed["token_type_ids"] = np.zeros_like(ids)
+            got = np.asarray(session.run([out_name], feed)[0], dtype=np.float32)
+            got = got.reshape(len(rows), -1)
+            if result is None:
+                result = np.zeros((len(texts), got.shape[1]), dtype=np.float32)
+            result[rows] = got
+        if result is None:   # no documents
+            width = 1 if self.head == "regression" else len(self.class_names())
+            return np.zeros((0, width), dtype=np.float32)
+        if self.head == "classification" and self.outputs == "logits":
+            result = runtimes.softmax(result)
+        return result
+
+    # --- the filter -----------------------------------------------------------------------
+
+    def _score_and_best(self, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(score per document, index of the predicted class or None for regression)."""
+        if self.head == "regression":
+            return probs[:, 0].astype(np.float32), None
+        best = probs.argmax(axis=1)
+        column = (probs[:, self.class_names().index(self.score_label)]
+                  if self.score_label is not None else probs[np.arange(len(best)), best])
+        return column.astype(np.float32), best
+
+    def evaluate(self, df):
+        # runs on pandas (the runner converts a cuDF partition); ONNX Runtime uses the GPU
+        # itself when its CUDA provider works
+        texts = text_array(df[TEXT]).fill_null("").to_pylist()
+        score, best = self._score_and_best(self.scores(texts))
+        columns = {self.score_column: pd.Series(score, index=df.index, dtype="float32")}
+        not_kept, counters = None, {}
+        if best is not None:
+            names = self.class_names()
+            columns = {self.label_column: seam.label_column(df, best.astype(np.int64) + 1,
+                                                            names), **columns}
+            if self.keep is not None:
+                not_kept = ~np.isin(best, [k for k, n in enumerate(names) if n in self.keep])
+            counts = np.bincount(best, minlength=len(names))
+            counters = {f"label:{names[k]}": int(v) for k, v in enumerate(counts) if v}
+        low = score < self.min_score if self.min_score is not None else None
+        high = score > self.max_score if self.max_score is not None else None
+        return first_failure([not_kept, low, high], len(df)), df.assign(**columns), counters
+
+    bounds: ClassVar[dict] = {"score": (("min_score", "min"), ("max_score", "max"))}
+
+    def measures(self, df):
+        texts = text_array(df[TEXT]).fill_null("").to_pylist()
+        return {"score": self._score_and_best(self.scores(texts))[0]}

@@ -1,0 +1,154 @@
+"""Model runtimes behind the model stages: fastText, ONNX Runtime and an HF tokenizer.
+
+Everything heavy is loaded lazily, once per process (per worker), keyed by the file's path and
+modification time, and never pickled with a stage. The packages are optional extras; a missing
+one stops the run with the install command.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+
+from gpupipe.errors import BackendUnavailableError, SpecError
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        raise SpecError(f"model file {path!r} does not exist") from None
+
+
+# --- fastText ------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=8)
+def _fasttext(path: str, mtime: int):
+    try:
+        import fasttext
+    except ImportError:
+        raise BackendUnavailableError(
+            "runtime: fasttext needs the fasttext package: pip install fasttext-wheel") from None
+    try:
+        return fasttext.load_model(path)
+    except ValueError as e:
+        raise SpecError(f"{path}: not a fastText model ({e})") from None
+
+
+def fasttext_model(path: str):
+    return _fasttext(path, _mtime(path))
+
+
+def fasttext_labels(path: str) -> list[str]:
+    """The model's labels without the ``__label__`` prefix, in the model's order."""
+    return [lab.removeprefix("__label__") for lab in fasttext_model(path).get_labels()]
+
+
+def fasttext_probabilities(path: str, texts: list[str]) -> np.ndarray:
+    """[documents, labels] probabilities, columns in `fasttext_labels` order. ``texts`` must not
+    hold newlines (fastText predicts one line)."""
+    model = fasttext_model(path)
+    names = model.get_labels()
+    column = {name: k for k, name in enumerate(names)}
+    out = np.zeros((len(texts), len(names)), dtype=np.float32)
+    # one line at a time: fasttext-wheel 0.9.2's multilinePredict repeats the first
+    # probability for every label when k > 1
+    predict = model.f.predict
+    for row, text in enumerate(texts):
+        for p, lab in predict(text + "\n", -1, 0.0, "replace"):
+            out[row, column[lab]] = p
+    return np.minimum(out, 1.0)
+
+
+# --- HF tokenizers ---------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer(path: str, mtime: int, max_length: int):
+    from tokenizers import Tokenizer
+
+    try:
+        tok = Tokenizer.from_file(path)
+    except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception
+        raise SpecError(f"{path}: not a tokenizers JSON file ({e})") from None
+    tok.no_padding()
+    tok.enable_truncation(max_length)
+    return tok
+
+
+def tokenizer(path: str, max_length: int):
+    return _tokenizer(path, _mtime(path), max_length)
+
+
+def pad_id(tok) -> int:
+    """The tokenizer's padding id: its padding setting, else ``<pad>`` / ``[PAD]``, else 0."""
+    for name in ("<pad>", "[PAD]", "<|pad|>"):
+        found = tok.token_to_id(name)
+        if found is not None:
+            return int(found)
+    return 0
+
+
+def length_batches(lengths: np.ndarray, batch_tokens: int, max_batch: int = 1024) -> list:
+    """Row indices grouped into batches by length: rows sorted by length (stable), cut so that
+    rows x longest row stays within ``batch_tokens`` (a row longer than that is a batch alone).
+
+    >>> [b.tolist() for b in length_batches(np.array([5, 1, 3, 3, 9]), batch_tokens=10)]
+    [[1, 2, 3], [0], [4]]
+    """
+    order = np.argsort(lengths, kind="stable")
+    batches, start = [], 0
+    while start < len(order):
+        stop = start + 1
+        while (stop < len(order) and stop - start < max_batch
+               and (stop - start + 1) * int(lengths[order[stop]]) <= batch_tokens):
+            stop += 1
+        batches.append(order[start:stop])
+        start = stop
+    return batches
+
+
+# --- ONNX Runtime ----------------------------------------------------------------------------
+
+def onnx_providers() -> list[str]:
+    """CUDA first when this ONNX Runtime build has it (onnxruntime-gpu), then the CPU. ONNX
+    Runtime falls back to the CPU when no GPU works; `provider` says which one a session uses."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise BackendUnavailableError(
+            "runtime: onnx needs ONNX Runtime: pip install onnxruntime "
+            "(onnxruntime-gpu for CUDAExecutionProvider)") from None
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def provider(session) -> str:
+    """The execution provider a session runs on."""
+    return session.get_providers()[0]
+
+
+@functools.lru_cache(maxsize=8)
+def _session(path: str, mtime: int, threads: int, providers: tuple[str, ...]):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    try:
+        return ort.InferenceSession(path, sess_options=options, providers=list(providers))
+    except Exception as e:  # noqa: BLE001 - ORT raises its own exception types
+        raise SpecError(f"{path}: ONNX Runtime cannot load the model ({type(e).__name__}: "
+                        f"{e})") from None
+
+
+def onnx_session(path: str, threads: int = 1):
+    return _session(path, _mtime(path), threads, tuple(onnx_providers()))
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    z = x - x.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
