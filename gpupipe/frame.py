@@ -19,7 +19,8 @@ STRING = pd.StringDtype("pyarrow")
 def _pandas_type(t: pa.DataType):
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return STRING
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_struct(t):
+    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+            or pa.types.is_struct(t)):
         return pd.ArrowDtype(t)  # e.g. token lists stay Arrow lists, not object arrays
     return None
 

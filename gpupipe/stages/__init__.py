@@ -8,6 +8,7 @@
 from gpupipe.stages.base import Filter, GlobalStage, RowStage, Stage, StageResult, Transform, stage
 from gpupipe.stages.dedup.exact import ExactDedup
 from gpupipe.stages.dedup.fuzzy import FuzzyDedup
+from gpupipe.stages.dedup.semantic import SemanticDedup
 from gpupipe.stages.filters.decontaminate import Decontaminate
 from gpupipe.stages.filters.language import LanguageId
 from gpupipe.stages.filters.length_filter import LengthFilter
@@ -20,12 +21,15 @@ from gpupipe.stages.filters.quality import (
 from gpupipe.stages.filters.simple import RegexFilter, Sample, SymbolRatioFilter, WordCountFilter
 from gpupipe.stages.layout.repartition import Repartition
 from gpupipe.stages.models.classify import Classify
+from gpupipe.stages.models.embed import Embed
 from gpupipe.stages.transforms.normalize_text import NormalizeText
 from gpupipe.stages.transforms.pii import PiiRedact
 from gpupipe.stages.transforms.tokenize import Tokenize
 
 __all__ = [
     "Classify",
+    "Embed",
+    "SemanticDedup",
     "LanguageId",
     "PiiRedact",
     "RegexFilter",

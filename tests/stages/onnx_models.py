@@ -43,3 +43,29 @@ def mean_pool_linear(path, *, vocab: int, dim: int = 16, classes: int = 2, seed:
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return str(path)
+
+
+def token_embeddings(path, *, vocab: int, dim: int = 256, seed: int = 0,
+                     output: str = "last_hidden_state") -> str:
+    """An 'encoder' whose token output is a fixed random vector per token id ([batch, tokens,
+    dim]): mean-pooled and normalised, the cosine of two documents approximates that of their
+    bags of tokens (a random projection), so a copy with a few words changed stays close and
+    unrelated texts do not."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Gather", ["E", "input_ids"], ["gathered"], axis=0),
+             helper.make_node("Cast", ["attention_mask"], ["unused_mask"], to=TensorProto.FLOAT),
+             helper.make_node("Identity", ["gathered"], [output])]
+    graph = helper.make_graph(
+        nodes, "token_embeddings",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "tokens"])],
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, ["batch", "tokens", dim])],
+        [numpy_helper.from_array(rng.normal(size=(vocab, dim)).astype(np.float32), "E")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return str(path)

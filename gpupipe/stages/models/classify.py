@@ -110,14 +110,7 @@ class Classify(Filter):
         return [str(k) for k in range(width)]
 
     def _onnx_output(self, session):
-        outs = session.get_outputs()
-        if self.output_name is None:
-            return outs[0]
-        for o in outs:
-            if o.name == self.output_name:
-                return o
-        raise ValueError(f"{self.model}: no output named {self.output_name!r} (it has "
-                         f"{[o.name for o in outs]})")
+        return runtimes.onnx_output(session, self.model, self.output_name)
 
     def _onnx_width(self) -> int:
         out = self._onnx_output(runtimes.onnx_session(self.model, self.threads))
@@ -134,18 +127,8 @@ class Classify(Filter):
         else:
             runtimes.tokenizer(self.tokenizer, self.max_length)
             session = runtimes.onnx_session(self.model, self.threads)
-            inputs = [i.name for i in session.get_inputs()]
-            wanted = [self.input_ids_name] + ([self.attention_mask_name]
-                                              if self.attention_mask_name else [])
-            missing = [n for n in wanted if n not in inputs]
-            if missing:
-                raise ValueError(f"{self.model}: the model has no input named "
-                                 f"{', '.join(map(repr, missing))}; its inputs are {inputs} "
-                                 f"(set input_ids_name / attention_mask_name)")
-            unfed = [n for n in inputs if n not in wanted and n != "token_type_ids"]
-            if unfed:
-                raise ValueError(f"{self.model}: the model also needs inputs {unfed}, which "
-                                 f"classify does not provide")
+            runtimes.check_onnx_inputs(self.model, session, self.input_ids_name,
+                                       self.attention_mask_name)
             width = self._onnx_width()
             if self.head == "regression" and width not in (1, -1):
                 raise ValueError(f"{self.model}: head: regression needs one output column; "
@@ -179,32 +162,13 @@ class Classify(Filter):
         return self._onnx_scores(texts)
 
     def _onnx_scores(self, texts: list[str]) -> np.ndarray:
-        tok = runtimes.tokenizer(self.tokenizer, self.max_length)
         session = runtimes.onnx_session(self.model, self.threads)
-        out_name = self._onnx_output(session).name
-        has_types = any(i.name == "token_type_ids" for i in session.get_inputs())
-        encodings = tok.encode_batch(texts)
-        lengths = np.array([max(1, len(e.ids)) for e in encodings], dtype=np.int64)
-        pad = runtimes.pad_id(tok)
-        result = None
-        for rows in runtimes.length_batches(lengths, self.batch_tokens):
-            width = int(lengths[rows].max())
-            ids = np.full((len(rows), width), pad, dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            for r, k in enumerate(rows):
-                e = encodings[k].ids
-                ids[r, :len(e)] = e
-                mask[r, :max(1, len(e))] = 1
-            feed = {self.input_ids_name: ids}
-            if self.attention_mask_name:
-                feed[self.attention_mask_name] = mask
-            if has_types:
-                feed["token_type_ids"] = np.zeros_like(ids)
-            got = np.asarray(session.run([out_name], feed)[0], dtype=np.float32)
-            got = got.reshape(len(rows), -1)
-            if result is None:
-                result = np.zeros((len(texts), got.shape[1]), dtype=np.float32)
-            result[rows] = got
+        result = runtimes.run_onnx(
+            session, runtimes.tokenizer(self.tokenizer, self.max_length), texts,
+            batch_tokens=self.batch_tokens, input_ids_name=self.input_ids_name,
+            attention_mask_name=self.attention_mask_name,
+            output_name=self._onnx_output(session).name,
+            reduce=lambda out, mask: out.reshape(len(out), -1))
         if result is None:   # no documents
             width = 1 if self.head == "regression" else len(self.class_names())
             return np.zeros((0, width), dtype=np.float32)

@@ -152,3 +152,62 @@ def softmax(x: np.ndarray) -> np.ndarray:
     z = x - x.max(axis=-1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=-1, keepdims=True)
+
+
+def check_onnx_inputs(model: str, session, input_ids_name: str,
+                      attention_mask_name: str | None) -> None:
+    """The model takes the inputs we feed (ids, the mask, token types as zeros) and nothing
+    else; raises ``ValueError`` naming the model's inputs otherwise."""
+    inputs = [i.name for i in session.get_inputs()]
+    wanted = [input_ids_name] + ([attention_mask_name] if attention_mask_name else [])
+    missing = [n for n in wanted if n not in inputs]
+    if missing:
+        raise ValueError(f"{model}: the model has no input named "
+                         f"{', '.join(map(repr, missing))}; its inputs are {inputs} "
+                         f"(set input_ids_name / attention_mask_name)")
+    unfed = [n for n in inputs if n not in wanted and n != "token_type_ids"]
+    if unfed:
+        raise ValueError(f"{model}: the model also needs inputs {unfed}, which gpupipe does "
+                         f"not provide")
+
+
+def onnx_output(session, model: str, name: str | None):
+    """The output called ``name`` (the first one when None)."""
+    outs = session.get_outputs()
+    if name is None:
+        return outs[0]
+    for o in outs:
+        if o.name == name:
+            return o
+    raise ValueError(f"{model}: no output named {name!r} (it has {[o.name for o in outs]})")
+
+
+def run_onnx(session, tok, texts: list[str], *, batch_tokens: int, input_ids_name: str,
+             attention_mask_name: str | None, output_name: str, reduce) -> np.ndarray | None:
+    """Texts through an ONNX model in batches: tokenized, sorted by token count, cut into
+    batches of at most ``batch_tokens`` padded tokens (an empty text is one padding token);
+    ``reduce(output, mask)`` turns a batch's output into one row per document. Returns the rows
+    in the order of ``texts`` (None for no texts)."""
+    has_types = any(i.name == "token_type_ids" for i in session.get_inputs())
+    encodings = tok.encode_batch(texts)
+    lengths = np.array([max(1, len(e.ids)) for e in encodings], dtype=np.int64)
+    pad = pad_id(tok)
+    result = None
+    for rows in length_batches(lengths, batch_tokens):
+        width = int(lengths[rows].max())
+        ids = np.full((len(rows), width), pad, dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for r, k in enumerate(rows):
+            e = encodings[k].ids
+            ids[r, :len(e)] = e
+            mask[r, :max(1, len(e))] = 1
+        feed = {input_ids_name: ids}
+        if attention_mask_name:
+            feed[attention_mask_name] = mask
+        if has_types:
+            feed["token_type_ids"] = np.zeros_like(ids)
+        got = reduce(np.asarray(session.run([output_name], feed)[0], dtype=np.float32), mask)
+        if result is None:
+            result = np.zeros((len(texts), *got.shape[1:]), dtype=np.float32)
+        result[rows] = got
+    return result
