@@ -60,6 +60,9 @@ class ForSource(RowStage):
     def explain_notes(self) -> list[str]:
         return self.inner.explain_notes()
 
+    def check(self):
+        return self.inner.check()
+
     def prepare(self):
         return self.inner.prepare()
 
