@@ -21,7 +21,16 @@ demo: $(STAMP)
 	$(BIN)/gpupipe run pipelines/quickstart.yaml --overwrite
 	@$(BIN)/python -m gpupipe.demo out/quickstart
 
-test: $(STAMP)
+# A real Triton Inference Server for tests/stages/test_triton.py: nvidia-pytriton needs numpy < 2,
+# so it lives in a venv of its own, as a server would. Without it those tests skip.
+TRITON_VENV := .venv-triton
+$(TRITON_VENV)/.installed:
+	@test -x $(TRITON_VENV)/bin/python || $(PYTHON) -m venv $(TRITON_VENV)
+	@$(TRITON_VENV)/bin/python -m pip install --quiet 'nvidia-pytriton==0.7.*' \
+		&& touch $@ \
+		|| echo "make: the Triton test server could not be installed; tests/stages/test_triton.py will skip"
+
+test: $(STAMP) $(TRITON_VENV)/.installed
 	$(BIN)/python -m pytest
 
 # The API contract with cuDF 26.10 / dask-cuda / KvikIO: installs '.[gpu]' (about 5 GB, no GPU
@@ -53,4 +62,4 @@ data: $(STAMP)
 	$(BIN)/python data/make_sample.py
 
 clean:
-	rm -rf $(VENV) $(GPU_API_VENV) out .pytest_cache .hypothesis
+	rm -rf $(VENV) $(GPU_API_VENV) $(TRITON_VENV) out .pytest_cache .hypothesis

@@ -9,15 +9,21 @@ import numpy as np
 
 def mean_pool_linear(path, *, vocab: int, dim: int = 16, classes: int = 2, seed: int = 0,
                      input_names=("input_ids", "attention_mask"), output: str = "logits",
-                     token_types: bool = False) -> str:
+                     token_types: bool = False, weights: str | None = None) -> str:
+    """The model as ONNX at ``path``; with ``weights``, its E, W and b also as an .npz (what
+    tests/triton_server.py serves)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
     ids_name, mask_name = input_names
-    inits = [numpy_helper.from_array(rng.normal(size=(vocab, dim)).astype(np.float32), "E"),
-             numpy_helper.from_array(rng.normal(size=(dim, classes)).astype(np.float32), "W"),
-             numpy_helper.from_array(rng.normal(size=(classes,)).astype(np.float32), "b"),
+    e = rng.normal(size=(vocab, dim)).astype(np.float32)
+    w = rng.normal(size=(dim, classes)).astype(np.float32)
+    b = rng.normal(size=(classes,)).astype(np.float32)
+    if weights is not None:
+        np.savez(weights, E=e, W=w, b=b)
+    inits = [numpy_helper.from_array(e, "E"), numpy_helper.from_array(w, "W"),
+             numpy_helper.from_array(b, "b"),
              numpy_helper.from_array(np.array([1], dtype=np.int64), "axis1"),
              numpy_helper.from_array(np.array([2], dtype=np.int64), "axis2")]
     nodes = [helper.make_node("Gather", ["E", ids_name], ["emb"], axis=0),

@@ -31,6 +31,11 @@ class Classify(Filter):
     ``outputs: probabilities``; ``labels`` names its classes. A regression head
     (``head: regression``) has one output column, the score as it is. ONNX Runtime uses CUDA when
     its GPU build is installed and a GPU works, the CPU otherwise (``explain`` says which).
+    ``runtime: triton``: the same tokenization and batching, sent to a Triton Inference Server
+    (``url``: ``grpc://host:8001`` or ``http://host:8000``; ``model`` is the model's name there,
+    ``model_version`` optional), at most the model's ``max_batch_size`` rows a request; failed
+    requests are retried ``retries`` times, each waits at most ``timeout`` seconds, and a server
+    that cannot be reached stops the run with its URL.
 
     ``<name>_score`` of a classifier is the probability of ``score_label`` when given (e.g. the
     ``hq`` class of a quality model), else of the predicted label. Models are loaded once per
@@ -40,7 +45,7 @@ class Classify(Filter):
     reasons: ClassVar[tuple[str, ...]] = ("label_not_kept", "score_below_min",
                                           "score_above_max")
 
-    runtime: Literal["fasttext", "onnx"]
+    runtime: Literal["fasttext", "onnx", "triton"]
     model: str
     name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = "quality"
     head: Literal["classification", "regression"] = "classification"
@@ -58,18 +63,30 @@ class Classify(Filter):
     output_name: str | None = None
     outputs: Literal["logits", "probabilities"] = "logits"
     threads: Annotated[int, Field(ge=1)] = 1
+    url: str | None = None
+    model_version: str = ""
+    timeout: Annotated[float, Field(gt=0)] = 60.0
+    retries: Annotated[int, Field(ge=0)] = 3
 
     def __post_init__(self):
-        if not os.path.isfile(self.model):
+        if self.runtime == "triton":
+            if not self.url:
+                raise ValueError("runtime: triton needs url (grpc://host:8001 or "
+                                 "http://host:8000)")
+            runtimes.triton_target(self.url)
+        elif not os.path.isfile(self.model):
             raise ValueError(f"model {self.model!r} is not a file")
-        if self.runtime == "onnx":
+        elif self.url is not None:
+            raise ValueError(f"url is for runtime: triton (runtime is {self.runtime})")
+        if self.runtime in ("onnx", "triton"):
             if self.tokenizer is None:
-                raise ValueError("runtime: onnx needs tokenizer (a tokenizers JSON file)")
+                raise ValueError(f"runtime: {self.runtime} needs tokenizer (a tokenizers JSON "
+                                 f"file)")
             if not os.path.isfile(self.tokenizer):
                 raise ValueError(f"tokenizer {self.tokenizer!r} is not a file")
         if self.runtime == "fasttext" and self.head == "regression":
             raise ValueError("fastText models are classifiers: head: regression needs runtime: "
-                             "onnx")
+                             "onnx or triton")
         if self.head == "regression" and (self.keep or self.labels or self.score_label):
             raise ValueError("a regression head has no labels: keep, labels and score_label "
                              "apply to classifiers")
@@ -95,8 +112,10 @@ class Classify(Filter):
         return {**cols, **super().added_columns()}
 
     def identity(self) -> dict:
-        """The model and tokenizer files (size, modification time): a new model recomputes."""
-        files = [f for f in (self.model, self.tokenizer) if f]
+        """The model and tokenizer files (size, modification time): a new model recomputes. A
+        Triton model is named by url, model and version (parameters already)."""
+        files = [f for f in ((self.tokenizer,) if self.runtime == "triton"
+                             else (self.model, self.tokenizer)) if f]
         return {"files": [[f, os.path.getsize(f), os.stat(f).st_mtime_ns] for f in files]}
 
     # --- the model ------------------------------------------------------------------------
@@ -104,48 +123,93 @@ class Classify(Filter):
     def class_names(self) -> list[str]:
         if self.runtime == "fasttext":
             return runtimes.fasttext_labels(self.model)
-        width = self._onnx_width()
         if self.labels is not None:
             return list(self.labels)
-        return [str(k) for k in range(width)]
+        return [str(k) for k in range(self._width())]
 
     def _onnx_output(self, session):
         return runtimes.onnx_output(session, self.model, self.output_name)
 
-    def _onnx_width(self) -> int:
-        out = self._onnx_output(runtimes.onnx_session(self.model, self.threads))
-        dim = out.shape[-1] if out.shape else None
-        return int(dim) if isinstance(dim, int) else -1
+    def _triton(self) -> dict:
+        return runtimes.triton_metadata(self.url, self.model, self.model_version, self.timeout)
+
+    def _triton_output(self, meta: dict) -> str:
+        if self.output_name is None:
+            return next(iter(meta["outputs"]))
+        if self.output_name not in meta["outputs"]:
+            raise ValueError(f"{self._where()}: no output named {self.output_name!r} (it has "
+                             f"{list(meta['outputs'])})")
+        return self.output_name
+
+    def _width(self) -> int:
+        """Columns of the model's output (-1 when the model does not say)."""
+        if self.runtime == "triton":
+            meta = self._triton()
+            shape = meta["outputs"][self._triton_output(meta)]
+        else:
+            shape = self._onnx_output(runtimes.onnx_session(self.model, self.threads)).shape
+        dim = shape[-1] if shape else None
+        return int(dim) if isinstance(dim, int) and dim > 0 else -1
+
+    def _where(self) -> str:
+        if self.runtime == "triton":
+            return f"Triton model {self.model!r} at {self.url}"
+        return self.model
+
+    def _check_inputs(self, inputs: list[str]) -> None:
+        wanted = [self.input_ids_name] + ([self.attention_mask_name]
+                                          if self.attention_mask_name else [])
+        missing = [n for n in wanted if n not in inputs]
+        if missing:
+            raise ValueError(f"{self._where()}: the model has no input named "
+                             f"{', '.join(map(repr, missing))}; its inputs are {inputs} "
+                             f"(set input_ids_name / attention_mask_name)")
+        unfed = [n for n in inputs if n not in wanted and n != "token_type_ids"]
+        if unfed:
+            raise ValueError(f"{self._where()}: the model also needs inputs {unfed}, which "
+                             f"classify does not provide")
 
     def check(self) -> str:
-        """Load the model on the client and check it against the parameters: input and output
-        names, the number of classes, the labels named in keep / score_label. Returns a line
-        for the log."""
+        """Load (or reach) the model on the client and check it against the parameters: input
+        and output names, the number of classes, the labels named in keep / score_label.
+        Returns a line for the log."""
         if self.runtime == "fasttext":
             names = runtimes.fasttext_labels(self.model)
-            where = "fastText"
+            where = f"{os.path.basename(self.model)}, fastText"
         else:
             runtimes.tokenizer(self.tokenizer, self.max_length)
-            session = runtimes.onnx_session(self.model, self.threads)
-            runtimes.check_onnx_inputs(self.model, session, self.input_ids_name,
-                                       self.attention_mask_name)
-            width = self._onnx_width()
+            if self.runtime == "triton":
+                meta = self._triton()
+                self._check_inputs(meta["inputs"])
+                self._triton_output(meta)
+                if meta["max_batch_size"] < 1:
+                    raise ValueError(f"{self._where()}: the model does not batch "
+                                     f"(max_batch_size 0); classify sends batches")
+                where = f"{self.model} on Triton at {self.url}"
+                output = self._triton_output(meta)
+            else:
+                session = runtimes.onnx_session(self.model, self.threads)
+                self._check_inputs([i.name for i in session.get_inputs()])
+                where = (f"{os.path.basename(self.model)}, ONNX Runtime on "
+                         f"{runtimes.provider(session)}")
+                output = self._onnx_output(session).name
+            width = self._width()
             if self.head == "regression" and width not in (1, -1):
-                raise ValueError(f"{self.model}: head: regression needs one output column; "
-                                 f"{self._onnx_output(session).name!r} has {width}")
+                raise ValueError(f"{self._where()}: head: regression needs one output column; "
+                                 f"{output!r} has {width}")
             if self.head == "classification" and width == 1:
-                raise ValueError(f"{self.model}: one output column is a regression head: set "
-                                 f"head: regression")
+                raise ValueError(f"{self._where()}: one output column is a regression head: "
+                                 f"set head: regression")
             if self.labels is not None and width != -1 and len(self.labels) != width:
-                raise ValueError(f"{self.model}: labels names {len(self.labels)} classes; the "
-                                 f"model outputs {width}")
+                raise ValueError(f"{self._where()}: labels names {len(self.labels)} classes; "
+                                 f"the model outputs {width}")
             names = self.class_names() if self.head == "classification" else []
-            where = f"ONNX Runtime on {runtimes.provider(session)}"
         for label in [*(self.keep or ()), *([self.score_label] if self.score_label else [])]:
             if label not in names:
-                raise ValueError(f"{self.model}: no class {label!r} (the classes are {names})")
+                raise ValueError(f"{self._where()}: no class {label!r} (the classes are "
+                                 f"{names})")
         what = f"{len(names)} classes" if self.head == "classification" else "regression"
-        return f"classify {self.name}: {os.path.basename(self.model)}, {where}, {what}"
+        return f"classify {self.name}: {where}, {what}"
 
     def explain_notes(self) -> list[str]:
         try:
@@ -159,16 +223,34 @@ class Classify(Filter):
             if self.newlines == "space":
                 texts = [t.replace("\n", " ") for t in texts]
             return runtimes.fasttext_probabilities(self.model, texts)
-        return self._onnx_scores(texts)
+        tok = runtimes.tokenizer(self.tokenizer, self.max_length)
 
-    def _onnx_scores(self, texts: list[str]) -> np.ndarray:
-        session = runtimes.onnx_session(self.model, self.threads)
-        result = runtimes.run_onnx(
-            session, runtimes.tokenizer(self.tokenizer, self.max_length), texts,
-            batch_tokens=self.batch_tokens, input_ids_name=self.input_ids_name,
-            attention_mask_name=self.attention_mask_name,
-            output_name=self._onnx_output(session).name,
-            reduce=lambda out, mask: out.reshape(len(out), -1))
+        def flat(out, mask):
+            return out.reshape(len(out), -1)
+
+        if self.runtime == "triton":
+            meta = self._triton()
+            output = self._triton_output(meta)
+            types = "token_type_ids" in meta["inputs"]
+
+            def call(ids, mask):
+                inputs = {self.input_ids_name: ids}
+                if self.attention_mask_name:
+                    inputs[self.attention_mask_name] = mask
+                if types:
+                    inputs["token_type_ids"] = np.zeros_like(ids)
+                return runtimes.triton_call(self.url, self.model, self.model_version,
+                                            self.timeout, self.retries, inputs=inputs,
+                                            output=output)
+
+            result = runtimes.run_batches(tok, texts, batch_tokens=self.batch_tokens, call=call,
+                                          reduce=flat, max_batch=meta["max_batch_size"])
+        else:
+            session = runtimes.onnx_session(self.model, self.threads)
+            result = runtimes.run_onnx(
+                session, tok, texts, batch_tokens=self.batch_tokens,
+                input_ids_name=self.input_ids_name, attention_mask_name=self.attention_mask_name,
+                output_name=self._onnx_output(session).name, reduce=flat)
         if result is None:   # no documents
             width = 1 if self.head == "regression" else len(self.class_names())
             return np.zeros((0, width), dtype=np.float32)

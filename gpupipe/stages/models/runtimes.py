@@ -1,4 +1,5 @@
-"""Model runtimes behind the model stages: fastText, ONNX Runtime and an HF tokenizer.
+"""Model runtimes behind the model stages: fastText, ONNX Runtime, a Triton Inference Server
+client, sentence-transformers, and an HF tokenizer with length-sorted token-budget batching.
 
 Everything heavy is loaded lazily, once per process (per worker), keyed by the file's path and
 modification time, and never pickled with a stage. The packages are optional extras; a missing
@@ -7,6 +8,7 @@ one stops the run with the install command.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 
@@ -182,18 +184,18 @@ def onnx_output(session, model: str, name: str | None):
     raise ValueError(f"{model}: no output named {name!r} (it has {[o.name for o in outs]})")
 
 
-def run_onnx(session, tok, texts: list[str], *, batch_tokens: int, input_ids_name: str,
-             attention_mask_name: str | None, output_name: str, reduce) -> np.ndarray | None:
-    """Texts through an ONNX model in batches: tokenized, sorted by token count, cut into
-    batches of at most ``batch_tokens`` padded tokens (an empty text is one padding token);
-    ``reduce(output, mask)`` turns a batch's output into one row per document. Returns the rows
-    in the order of ``texts`` (None for no texts)."""
-    has_types = any(i.name == "token_type_ids" for i in session.get_inputs())
+def run_batches(tok, texts: list[str], *, batch_tokens: int, call, reduce,
+                max_batch: int = 1024) -> np.ndarray | None:
+    """Texts through a model in batches: tokenized, sorted by token count, cut into batches of
+    at most ``batch_tokens`` padded tokens and ``max_batch`` rows (an empty text is one padding
+    token). ``call(ids, mask)`` runs the model on a batch (int64 ``[rows, width]`` arrays);
+    ``reduce(output, mask)`` turns its output into one row per document. Returns the rows in
+    the order of ``texts`` (None for no texts)."""
     encodings = tok.encode_batch(texts)
     lengths = np.array([max(1, len(e.ids)) for e in encodings], dtype=np.int64)
     pad = pad_id(tok)
     result = None
-    for rows in length_batches(lengths, batch_tokens):
+    for rows in length_batches(lengths, batch_tokens, max_batch):
         width = int(lengths[rows].max())
         ids = np.full((len(rows), width), pad, dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -201,16 +203,139 @@ def run_onnx(session, tok, texts: list[str], *, batch_tokens: int, input_ids_nam
             e = encodings[k].ids
             ids[r, :len(e)] = e
             mask[r, :max(1, len(e))] = 1
+        got = reduce(np.asarray(call(ids, mask), dtype=np.float32), mask)
+        if result is None:
+            result = np.zeros((len(texts), *got.shape[1:]), dtype=np.float32)
+        result[rows] = got
+    return result
+
+
+def run_onnx(session, tok, texts: list[str], *, batch_tokens: int, input_ids_name: str,
+             attention_mask_name: str | None, output_name: str, reduce) -> np.ndarray | None:
+    """`run_batches` with an ONNX Runtime session (``token_type_ids`` as zeros when the model
+    has that input)."""
+    has_types = any(i.name == "token_type_ids" for i in session.get_inputs())
+
+    def call(ids, mask):
         feed = {input_ids_name: ids}
         if attention_mask_name:
             feed[attention_mask_name] = mask
         if has_types:
             feed["token_type_ids"] = np.zeros_like(ids)
-        got = reduce(np.asarray(session.run([output_name], feed)[0], dtype=np.float32), mask)
-        if result is None:
-            result = np.zeros((len(texts), *got.shape[1:]), dtype=np.float32)
-        result[rows] = got
-    return result
+        return session.run([output_name], feed)[0]
+
+    return run_batches(tok, texts, batch_tokens=batch_tokens, call=call, reduce=reduce)
+
+
+# --- Triton Inference Server ---------------------------------------------------------------------
+
+def triton_target(url: str) -> tuple[str, str]:
+    """(protocol, host:port) of ``grpc://host:port`` (default), ``http://host:port`` or a bare
+    ``host:port`` (gRPC)."""
+    for scheme in ("grpc", "http"):
+        if url.startswith(f"{scheme}://"):
+            return scheme, url.removeprefix(f"{scheme}://").rstrip("/")
+    if "://" in url:
+        raise SpecError(f"url {url!r}: expected grpc://host:port or http://host:port")
+    return "grpc", url
+
+
+@functools.lru_cache(maxsize=8)
+def triton_client(url: str, timeout: float):
+    protocol, target = triton_target(url)
+    try:
+        if protocol == "grpc":
+            import tritonclient.grpc as client_module
+        else:
+            import tritonclient.http as client_module
+    except ImportError:
+        raise BackendUnavailableError(
+            "runtime: triton needs tritonclient: pip install 'tritonclient[grpc,http]' "
+            "(or 'gpupipe[models]')") from None
+    if protocol == "grpc":
+        client = client_module.InferenceServerClient(target)
+    else:
+        client = client_module.InferenceServerClient(target, connection_timeout=timeout,
+                                                     network_timeout=timeout)
+    return client_module, client
+
+
+def _drop_triton_clients() -> None:
+    # at exit, while grpc is still importable: the clients close in their __del__
+    triton_client.cache_clear()
+    import gc
+
+    gc.collect()
+
+
+atexit.register(_drop_triton_clients)
+
+
+def triton_call(url: str, model: str, version: str, timeout: float, retries: int, *,
+                inputs: dict[str, np.ndarray], output: str) -> np.ndarray:
+    """One inference request; retried ``retries`` times (0.5 s, 1 s, 2 s, ... apart) when the
+    server cannot be reached or fails. The last failure stops the run with the URL."""
+    import time
+
+    module, client = triton_client(url, timeout)
+    request = []
+    for name, arr in inputs.items():
+        x = module.InferInput(name, list(arr.shape), "INT64")
+        x.set_data_from_numpy(arr)
+        request.append(x)
+    wanted = [module.InferRequestedOutput(output)]
+    for attempt in range(retries + 1):
+        try:
+            if module.__name__.endswith("grpc"):
+                result = client.infer(model, request, model_version=version, outputs=wanted,
+                                      client_timeout=timeout)
+            else:
+                result = client.infer(model, request, model_version=version, outputs=wanted)
+            return result.as_numpy(output)
+        except Exception as e:  # noqa: BLE001 - tritonclient raises several types
+            if attempt == retries:
+                from gpupipe.errors import StageError
+
+                raise StageError(f"Triton Inference Server at {url}, model {model!r}: request "
+                                 f"failed after {retries + 1} attempt(s): "
+                                 f"{type(e).__name__}: {e}") from None
+            time.sleep(0.5 * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
+@functools.lru_cache(maxsize=16)
+def triton_metadata(url: str, model: str, version: str, timeout: float) -> dict:
+    """{inputs: [names], outputs: {name: shape}, max_batch_size} (asked once per process);
+    raises ``ValueError`` naming the URL when the server or the model cannot be reached."""
+    module, client = triton_client(url, timeout)
+    try:
+        live = client.is_server_live()
+    except Exception as e:  # noqa: BLE001 - connection errors come in several types
+        raise ValueError(f"cannot reach a Triton Inference Server at {url} "
+                         f"({type(e).__name__}: {e})") from None
+    if not live:
+        raise ValueError(f"the Triton Inference Server at {url} is not live")
+    try:
+        if not client.is_model_ready(model, version):
+            raise ValueError(f"the Triton Inference Server at {url} has no ready model "
+                             f"{model!r}" + (f" version {version}" if version else ""))
+        meta = client.get_model_metadata(model, version)
+        config = client.get_model_config(model, version)
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"Triton Inference Server at {url}, model {model!r}: "
+                         f"{type(e).__name__}: {e}") from None
+    if not isinstance(meta, dict):   # gRPC answers protobuf messages
+        from google.protobuf.json_format import MessageToDict
+
+        meta = MessageToDict(meta, preserving_proto_field_name=True)
+        config = MessageToDict(config, preserving_proto_field_name=True)
+    config = config.get("config", config)
+    return {"inputs": [i["name"] for i in meta.get("inputs", [])],
+            "outputs": {o["name"]: [int(d) for d in o.get("shape", [])]
+                        for o in meta.get("outputs", [])},
+            "max_batch_size": int(config.get("max_batch_size", 0) or 0)}
 
 
 # --- sentence-transformers ---------------------------------------------------------------------
