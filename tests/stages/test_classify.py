@@ -130,6 +130,11 @@ def test_batching_by_length_keeps_input_order(onnx_model, sample_records):
 
         got = dataclasses.replace(base, batch_tokens=budget).scores(texts)
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    # the loaded model stays in the worker's cache, not on the stage the runner ships
+    import pickle
+
+    assert len(pickle.dumps(base)) < 2000
+    assert pickle.loads(pickle.dumps(base)) == base
     lengths = np.array([len(runtimes.tokenizer(TOKENIZER, 256).encode(t).ids) or 1
                         for t in texts])
     batches = runtimes.length_batches(lengths, 1000)

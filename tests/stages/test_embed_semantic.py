@@ -135,6 +135,22 @@ def test_semantic_dedup_keep_orders(client, tmp_path, encoder, corpus):
     assert far.stage("semantic_dedup")["drops"]["semantic_duplicate"] >= len(planted)
 
 
+def test_kmeans_cuml_without_cuml_says_so(client, tmp_path, encoder, corpus):
+    pytest.importorskip("sklearn")
+    if __import__("importlib").util.find_spec("cuml") is not None:
+        pytest.skip("cuML is installed here")
+    from gpupipe.errors import BackendUnavailableError
+
+    d, _, _ = corpus
+    p = gp.Pipeline(input={"path": str(d / "a.jsonl"), "id_column": "id"},
+                    output=str(tmp_path / "o"), stages=[
+                        Embed(model=encoder, tokenizer=TOKENIZER, max_length=64),
+                        SemanticDedup(n_clusters=4, kmeans="cuml")])
+    with pytest.raises(BackendUnavailableError, match=r"kmeans: cuml needs cuML \(pip install "
+                                                      r"cuml-cu12, or cuml-cu13\) and a GPU"):
+        p.run(client=client, progress=False)
+
+
 def test_semantic_dedup_without_embeddings_says_so(client, tmp_path):
     p = gp.Pipeline(input={"path": "data/sample/*.jsonl.gz", "id_column": "id"},
                     output=str(tmp_path / "o"), stages=[SemanticDedup(n_clusters=4)])

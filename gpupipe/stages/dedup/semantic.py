@@ -53,19 +53,42 @@ def _load(ctx, i: int) -> np.ndarray:
     return np.load(ctx.side("vectors", "vec", i, "npy"), mmap_mode="r")
 
 
-class KMeans:
-    """Step ``kmeans`` (client): MiniBatchKMeans (scikit-learn) on at most ``max_fit``
-    vectors drawn with the seed; the centroids, normalised."""
+def _fit_sklearn(x: np.ndarray, k: int, seed: int) -> np.ndarray:
+    try:
+        from sklearn.cluster import MiniBatchKMeans
+    except ImportError:
+        raise BackendUnavailableError(
+            "semantic_dedup needs scikit-learn: pip install 'gpupipe[models]'") from None
+    km = MiniBatchKMeans(n_clusters=k, random_state=seed, n_init=3,
+                         batch_size=min(4096, len(x)))
+    km.fit(x)
+    return np.asarray(km.cluster_centers_, dtype=np.float32)
 
-    def __init__(self, n_clusters: int, seed: int, max_fit: int):
+
+def _fit_cuml(x: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """cuML's KMeans on the GPU (scalable k-means++). Written against cuML's KMeans signature;
+    never executed here (no GPU): the centroids differ from scikit-learn's, so a run with
+    ``kmeans: cuml`` is reproducible on its own but not byte-identical to a CPU run."""
+    try:
+        from cuml.cluster import KMeans as CumlKMeans
+    except ImportError:
+        raise BackendUnavailableError(
+            "semantic_dedup kmeans: cuml needs cuML (pip install cuml-cu12, or cuml-cu13) and a "
+            "GPU; kmeans: sklearn runs on the CPU") from None
+    km = CumlKMeans(n_clusters=k, random_state=seed, n_init=3, output_type="numpy")
+    km.fit(x)
+    return np.asarray(km.cluster_centers_, dtype=np.float32)
+
+
+class KMeans:
+    """Step ``kmeans`` (client): k-means on at most ``max_fit`` vectors drawn with the seed
+    (scikit-learn's MiniBatchKMeans, or cuML's KMeans); the centroids, normalised."""
+
+    def __init__(self, n_clusters: int, seed: int, max_fit: int, library: str = "sklearn"):
         self.n_clusters, self.seed, self.max_fit = n_clusters, seed, max_fit
+        self.library = library
 
     def __call__(self, ctx) -> Output:
-        try:
-            from sklearn.cluster import MiniBatchKMeans
-        except ImportError:
-            raise BackendUnavailableError(
-                "semantic_dedup needs scikit-learn: pip install 'gpupipe[models]'") from None
         parts = [_load(ctx, i) for i in range(ctx.npartitions)]
         sizes = [len(p) for p in parts]
         total = sum(sizes)
@@ -81,10 +104,8 @@ class KMeans:
             return Output(files={"centroids": np.zeros((0, 0), np.float32)},
                           counters={"clusters": 0})
         k = min(self.n_clusters, len(x))
-        km = MiniBatchKMeans(n_clusters=k, random_state=self.seed, n_init=3,
-                             batch_size=min(4096, len(x)))
-        km.fit(x.astype(np.float32))
-        c = km.cluster_centers_.astype(np.float32)
+        fit = _fit_cuml if self.library == "cuml" else _fit_sklearn
+        c = fit(np.ascontiguousarray(x, dtype=np.float32), k, self.seed)
         c /= np.maximum(np.linalg.norm(c, axis=1, keepdims=True), 1e-12)
         return Output(files={"centroids": c}, counters={"clusters": k})
 
@@ -208,8 +229,10 @@ class SemanticDedup(GlobalStage):
     """Remove semantic near-duplicates (SemDeDup, Abbas et al. 2023) using an embedding column
     (from an ``embed`` stage).
 
-    The vectors are clustered with k-means (scikit-learn's MiniBatchKMeans on at most
-    ``max_fit_docs`` vectors drawn with ``seed``; ``n_clusters``); inside each cluster every pair
+    The vectors are clustered with k-means (``n_clusters``, on at most ``max_fit_docs`` vectors
+    drawn with ``seed``): scikit-learn's MiniBatchKMeans on the client (``kmeans: sklearn``, the
+    default: the same clusters whatever the backend), or cuML's KMeans on the GPU (``kmeans:
+    cuml``; reproducible, but other clusters than the CPU's). Inside each cluster every pair
     with cosine similarity >= ``1 - eps`` is a duplicate pair. Then, in ``keep`` order, a
     document is kept unless it is similar to one already kept: ``centroid_farthest`` (SemDeDup's
     choice: the document least like its cluster's centroid stays), ``first`` (input order) or
@@ -227,15 +250,18 @@ class SemanticDedup(GlobalStage):
     column: str = "embedding"
     seed: int = 0
     max_fit_docs: Annotated[int, Field(ge=1)] = 200_000
+    kmeans: Literal["sklearn", "cuml"] = "sklearn"
 
     def explain_notes(self) -> list[str]:
-        return [f"k-means with {self.n_clusters} clusters on '{self.column}' (seed {self.seed}); "
+        return [f"k-means ({self.kmeans}) with {self.n_clusters} clusters on '{self.column}' "
+                f"(seed {self.seed}); "
                 f"pairs with cosine >= {1 - self.eps:g} inside a cluster; keep {self.keep}"]
 
     def steps(self, ctx):
         label = f"{ctx.position}:{self.stage_name}"
         return [Map("vectors", functools.partial(_vectors, self.column)),
-                OnClient("kmeans", KMeans(self.n_clusters, self.seed, self.max_fit_docs)),
+                OnClient("kmeans", KMeans(self.n_clusters, self.seed, self.max_fit_docs,
+                                          self.kmeans)),
                 Map("assign", _assign, shuffle_on=("cluster",)),
                 Reduce("pairs", Pairs(self.eps), of="assign"),
                 OnClient("select", Select(self.keep), split_by=POS),
