@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
 from gpupipe import seam
 from gpupipe.frame import TEXT, text_array
@@ -45,7 +45,9 @@ class Classify(Filter):
     reasons: ClassVar[tuple[str, ...]] = ("label_not_kept", "score_below_min",
                                           "score_above_max")
 
-    runtime: Literal["fasttext", "onnx", "triton"]
+    #: also accepted as ``kind`` (the stage's own ``kind`` attribute means row/global)
+    runtime: Annotated[Literal["fasttext", "onnx", "triton"],
+                       Field(validation_alias=AliasChoices("runtime", "kind"))]
     model: str
     name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = "quality"
     head: Literal["classification", "regression"] = "classification"

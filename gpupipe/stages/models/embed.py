@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
 from gpupipe.frame import TEXT, text_array
 from gpupipe.stages.base import StageResult, Transform, stage
@@ -35,7 +35,8 @@ class Embed(Transform):
 
     model: str
     tokenizer: str | None = None
-    runtime: Literal["onnx", "sentence_transformers"] = "onnx"
+    runtime: Annotated[Literal["onnx", "sentence_transformers"],
+                       Field(validation_alias=AliasChoices("runtime", "kind"))] = "onnx"
     column: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = "embedding"
     pooling: Literal["mean", "cls", "none"] = "mean"
     normalize: bool = True
