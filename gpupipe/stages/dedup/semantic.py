@@ -252,6 +252,17 @@ class SemanticDedup(GlobalStage):
     max_fit_docs: Annotated[int, Field(ge=1)] = 200_000
     kmeans: Literal["sklearn", "cuml"] = "sklearn"
 
+    def check_inputs(self, earlier: list, input_columns: set[str]) -> None:
+        """Before any work: the embedding column must come from an earlier stage (``embed``)
+        or from the input (``input.columns`` of a Parquet input); raises ``ValueError``."""
+        if any(self.column in st.added_columns() for st in earlier):
+            return
+        if self.column in input_columns:
+            return
+        raise ValueError(f"no stage before it adds the column {self.column!r} and the input "
+                         f"does not carry it: put an embed stage before semantic_dedup, or "
+                         f"list it in input.columns (Parquet input)")
+
     def explain_notes(self) -> list[str]:
         return [f"k-means ({self.kmeans}) with {self.n_clusters} clusters on '{self.column}' "
                 f"(seed {self.seed}); "
