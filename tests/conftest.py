@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# run by .venv-triton's Python (pytriton needs numpy < 2), never imported by the suite
+collect_ignore = ["triton_server.py"]
 SAMPLE = REPO / "data" / "sample"
 
 
