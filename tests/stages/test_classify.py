@@ -219,7 +219,8 @@ def test_models_that_do_not_fit_are_refused_before_any_work(tmp_path, onnx_model
 def test_explain_shows_the_runtime(onnx_model):
     p = gp.Pipeline(input=INPUT, output="unused", stages=[Classify(
         runtime="onnx", model=onnx_model, tokenizer=TOKENIZER, labels=("a", "b", "c"))])
-    assert "classify quality: clf.onnx, ONNX Runtime on CPUExecutionProvider, 3 classes" \
+    assert ("model clf.onnx, ONNX Runtime on CPUExecutionProvider, 3 classes → quality_label, "
+            "quality_score") \
         in p.explain()
     summary = json.dumps(Classify(runtime="onnx", model=onnx_model, tokenizer=TOKENIZER,
                                   labels=("a", "b", "c")).added_columns())

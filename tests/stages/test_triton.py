@@ -99,8 +99,8 @@ def test_triton_scores_are_the_server_s(server, sample_records, protocol):
     texts = [r["text"] for r in sample_records[:60]]
     stage = Classify(runtime="triton", url=server[protocol], model="clf", tokenizer=TOKENIZER,
                      labels=("a", "b", "c"), max_length=128, batch_tokens=2048)
-    assert stage.check() == (f"classify quality: clf on Triton at {server[protocol]}, 3 "
-                             f"classes")
+    assert stage.check() == (f"model clf on Triton at {server[protocol]}, 3 classes → "
+                             f"quality_label, quality_score")
     got = stage.scores(texts)
     want = runtimes.softmax(_server_logits(server["client"], texts))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

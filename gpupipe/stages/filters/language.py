@@ -62,6 +62,7 @@ def _fasttext_model(path: str):
             f"language_id.fasttext_model={path!r} needs the fasttext package: "
             f"pip install fasttext-wheel (or leave fasttext_model unset to use py3langid)"
         ) from None
+    fasttext.FastText.eprint = lambda *args, **kwargs: None   # its load_model notice on stderr
     return fasttext.load_model(path)
 
 

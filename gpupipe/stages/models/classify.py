@@ -211,7 +211,8 @@ class Classify(Filter):
                 raise ValueError(f"{self._where()}: no class {label!r} (the classes are "
                                  f"{names})")
         what = f"{len(names)} classes" if self.head == "classification" else "regression"
-        return f"classify {self.name}: {where}, {what}"
+        columns = ", ".join(c for c in self.added_columns() if c != self.reason_column)
+        return f"model {where}, {what} → {columns}"
 
     def explain_notes(self) -> list[str]:
         try:

@@ -1,4 +1,5 @@
-"""embed: a fixed-size float32 embedding per document from an ONNX model."""
+"""embed: a fixed-size float32 embedding per document (an ONNX encoder or a
+sentence-transformers model)."""
 
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ class Embed(Transform):
         if self.runtime == "sentence_transformers":
             st = runtimes.sentence_transformer(self.model, self.threads)
             name = os.path.basename(os.path.normpath(runtimes.resolve_model_path(self.model)))
-            return (f"embed: sentence-transformers {self.model} ({name}) on {st.device}, "
+            return (f"model sentence-transformers {self.model} ({name}) on {st.device}, "
                     f"{self.dim()} dimensions, max {self._st_length(st)} tokens"
                     f"{', normalised' if self.normalize else ''}")
         session = self._session()
@@ -107,7 +108,7 @@ class Embed(Transform):
             raise ValueError(f"{self.model}: output {out.name!r} has {rank} dimensions; pooling: "
                              f"{self.pooling} needs {want} ([batch, "
                              f"{'tokens, ' if want == 3 else ''}dim])")
-        return (f"embed: {os.path.basename(self.model)}, ONNX Runtime on "
+        return (f"model {os.path.basename(self.model)}, ONNX Runtime on "
                 f"{runtimes.provider(session)}, {self.dim()} dimensions, {self.pooling} pooling"
                 f"{', normalised' if self.normalize else ''}")
 

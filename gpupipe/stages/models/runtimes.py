@@ -33,6 +33,8 @@ def _fasttext(path: str, mtime: int):
     except ImportError:
         raise BackendUnavailableError(
             "runtime: fasttext needs the fasttext package: pip install fasttext-wheel") from None
+    # fasttext-wheel prints a deprecation notice on stderr at every load_model
+    fasttext.FastText.eprint = lambda *args, **kwargs: None
     try:
         return fasttext.load_model(path)
     except ValueError as e:
