@@ -202,6 +202,9 @@ class Classify(Filter):
             if self.head == "classification" and width == 1:
                 raise ValueError(f"{self._where()}: one output column is a regression head: "
                                  f"set head: regression")
+            if self.head == "classification" and width == -1 and self.labels is None:
+                raise ValueError(f"{self._where()}: the model does not say how many classes "
+                                 f"{output!r} has; name them with labels")
             if self.labels is not None and width != -1 and len(self.labels) != width:
                 raise ValueError(f"{self._where()}: labels names {len(self.labels)} classes; "
                                  f"the model outputs {width}")
