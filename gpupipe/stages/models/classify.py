@@ -159,17 +159,8 @@ class Classify(Filter):
         return self.model
 
     def _check_inputs(self, inputs: list[str]) -> None:
-        wanted = [self.input_ids_name] + ([self.attention_mask_name]
-                                          if self.attention_mask_name else [])
-        missing = [n for n in wanted if n not in inputs]
-        if missing:
-            raise ValueError(f"{self._where()}: the model has no input named "
-                             f"{', '.join(map(repr, missing))}; its inputs are {inputs} "
-                             f"(set input_ids_name / attention_mask_name)")
-        unfed = [n for n in inputs if n not in wanted and n != "token_type_ids"]
-        if unfed:
-            raise ValueError(f"{self._where()}: the model also needs inputs {unfed}, which "
-                             f"classify does not provide")
+        runtimes.check_inputs(self._where(), inputs, self.input_ids_name,
+                              self.attention_mask_name)
 
     def check(self) -> str:
         """Load (or reach) the model on the client and check it against the parameters: input

@@ -99,8 +99,8 @@ class Embed(Transform):
                     f"{', normalised' if self.normalize else ''}")
         session = self._session()
         runtimes.tokenizer(self.tokenizer, self.max_length)
-        runtimes.check_onnx_inputs(self.model, session, self.input_ids_name,
-                                   self.attention_mask_name)
+        runtimes.check_inputs(self.model, [i.name for i in session.get_inputs()],
+                              self.input_ids_name, self.attention_mask_name)
         out = runtimes.onnx_output(session, self.model, self.output_name)
         rank = len(out.shape) if out.shape is not None else None
         want = 2 if self.pooling == "none" else 3

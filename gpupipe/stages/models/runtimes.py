@@ -158,20 +158,19 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def check_onnx_inputs(model: str, session, input_ids_name: str,
-                      attention_mask_name: str | None) -> None:
-    """The model takes the inputs we feed (ids, the mask, token types as zeros) and nothing
-    else; raises ``ValueError`` naming the model's inputs otherwise."""
-    inputs = [i.name for i in session.get_inputs()]
+def check_inputs(where: str, inputs: list[str], input_ids_name: str,
+                 attention_mask_name: str | None) -> None:
+    """A model with ``inputs`` takes what gpupipe feeds (ids, the mask, token types as zeros)
+    and nothing else; raises ``ValueError`` naming the model's inputs otherwise."""
     wanted = [input_ids_name] + ([attention_mask_name] if attention_mask_name else [])
     missing = [n for n in wanted if n not in inputs]
     if missing:
-        raise ValueError(f"{model}: the model has no input named "
+        raise ValueError(f"{where}: the model has no input named "
                          f"{', '.join(map(repr, missing))}; its inputs are {inputs} "
                          f"(set input_ids_name / attention_mask_name)")
     unfed = [n for n in inputs if n not in wanted and n != "token_type_ids"]
     if unfed:
-        raise ValueError(f"{model}: the model also needs inputs {unfed}, which gpupipe does "
+        raise ValueError(f"{where}: the model also needs inputs {unfed}, which gpupipe does "
                          f"not provide")
 
 
