@@ -195,8 +195,14 @@ class ReportView:
         return f"report: {os.path.abspath(self.path)}"
 
     def _repr_html_(self) -> str:
-        with open(self.path, encoding="utf-8") as f:
-            page = f.read()
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                page = f.read()
+        except OSError as e:
+            run_dir = os.path.dirname(os.path.abspath(self.path))
+            why = html.escape(e.strerror or type(e).__name__)
+            return (f"<p>no report at {html.escape(self.path)} ({why}): <code>gpupipe report "
+                    f"{html.escape(run_dir)}</code> rebuilds it</p>")
         return (f'<iframe class="gpupipe-report" title="gpupipe run report" '
                 f'srcdoc="{html.escape(page, quote=True)}" style="width:100%;height:'
                 f'{self.height}px;border:1px solid #ddd"></iframe>')

@@ -106,3 +106,13 @@ def test_preview_measures_agree_with_the_verdicts(web):
     assert (df.loc[df["gopher_quality"] == "keep", "gopher_quality.words"] >= 50).all()
     punct = df["fineweb_quality"] == "line_punct_ratio"
     assert (df.loc[punct, "fineweb_quality.line_punct_ratio"] < 0.12).all()
+
+
+def test_report_view_without_a_report(tmp_path):
+    from gpupipe.notebook import ReportView
+
+    view = ReportView(str(tmp_path / "run" / "report.html"))
+    assert repr(view) == f"report: {tmp_path / 'run' / 'report.html'}"
+    assert view._repr_html_() == (f"<p>no report at {tmp_path / 'run' / 'report.html'} (No such "
+                                  f"file or directory): <code>gpupipe report {tmp_path / 'run'}"
+                                  f"</code> rebuilds it</p>")
