@@ -51,10 +51,18 @@ output: {{path: {out}, shards: {{num_shards: 3, splits: {{train: 0.9, valid: 0.1
     return p
 
 
-def start(pipe: Path) -> subprocess.Popen:
+def start(pipe: Path, failpoints: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "GPUPIPE_FAILPOINTS": failpoints} if failpoints else None
     return subprocess.Popen([BIN, "run", str(pipe), "-w", "2", "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, cwd=REPO)
+                            start_new_session=True, cwd=REPO, env=env)
+
+
+def run_to_end(pipe: Path) -> None:
+    """`gpupipe run` in a new process group, which must complete (exit 0)."""
+    p = start(pipe)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-3000:]
 
 
 def digests(out: Path) -> dict:
@@ -88,9 +96,7 @@ def wait_for(proc: subprocess.Popen, ready, timeout: float = 120.0) -> bool:
 @pytest.fixture(scope="module")
 def reference(corpus):
     out = corpus / "reference"
-    p = start(pipeline_file(corpus, out))
-    _, err = p.communicate(timeout=300)
-    assert p.returncode == 0, err[-3000:]
+    run_to_end(pipeline_file(corpus, out))
     return digests(out)
 
 
@@ -116,17 +122,12 @@ def test_sigkill_of_the_process_group_then_rerun(corpus, reference, point):
     named piece of work is written; the rerun resumes and gives the reference bytes."""
     out = corpus / ("kill-" + point.replace("/", "-"))
     pipe = pipeline_file(corpus, out)
-    p = subprocess.Popen([BIN, "run", str(pipe), "-w", "2", "--no-progress"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True, cwd=REPO,
-                         env={**os.environ, "GPUPIPE_FAILPOINTS": point})
+    p = start(pipe, failpoints=point)
     _, err = p.communicate(timeout=300)
     assert p.returncode == -signal.SIGKILL, err[-2000:]
     assert group_gone(p.pid)
     assert not (out / "shards" / "manifest.json").exists()
-    again = start(pipe)
-    _, err = again.communicate(timeout=300)
-    assert again.returncode == 0, err[-3000:]
+    run_to_end(pipe)
     assert digests(out) == reference
     summary = json.loads((out / "run.json").read_text())
     assert summary["status"] == "complete" and summary["accounting"]["balanced"]
@@ -172,9 +173,7 @@ def test_sigkill_of_the_driver_alone_leaves_no_process(corpus, reference):
     os.kill(p.pid, signal.SIGKILL)
     p.communicate(timeout=60)
     assert group_gone(p.pid, within=30)   # the orphaned workers notice and exit
-    again = start(pipe)
-    _, err = again.communicate(timeout=300)
-    assert again.returncode == 0, err[-3000:]
+    run_to_end(pipe)
     assert digests(out) == reference
 
 
@@ -190,9 +189,7 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(corpus, reference):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert group_gone(p.pid)
     assert json.loads((out / "run.json").read_text())["status"] == "failed"
-    again = start(pipe)
-    _, err = again.communicate(timeout=300)
-    assert again.returncode == 0, err[-3000:]
+    run_to_end(pipe)
     assert digests(out) == reference
 
 
