@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import glob
-import gzip
 import json
 import os
 import subprocess
@@ -46,23 +44,10 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from bench_common import best_of, sample_texts  # noqa: E402  (next to this script)
+
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def corpus(scale: int) -> list[str]:
-    texts = [json.loads(line)["text"] for f in sorted(glob.glob(str(REPO / "data/sample/*.jsonl.gz")))
-             for line in gzip.open(f, "rt", encoding="utf-8")]
-    return texts * scale
-
-
-def timed(fn, repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def rate(seconds: float, texts: list[str]) -> dict:
@@ -114,14 +99,14 @@ def bench_onnx(texts, dim: int, max_length: int) -> dict:
     sorted_pad = sum(len(b) * int(lengths[b].max()) for b in length_batches(lengths, 16384))
     fixed_pad = sum(len(lengths[k:k + 32]) * int(lengths[k:k + 32].max())
                     for k in range(0, len(lengths), 32))
-    t_stage = timed(lambda: stage.scores(texts))
-    t_tok = timed(lambda: tok.encode_batch(texts))
-    t_loop = timed(one_by_one, repeat=1)
-    t_fixed = timed(fixed_batches)
+    t_stage = best_of(lambda: stage.scores(texts))
+    t_tok = best_of(lambda: tok.encode_batch(texts))
+    t_loop = best_of(one_by_one, repeat=1)
+    t_fixed = best_of(fixed_batches)
     budgets = {}
     for budget in (4096, 16384, 65536):
         s = dataclasses.replace(stage, batch_tokens=budget)
-        budgets[budget] = round(timed(lambda s=s: s.scores(texts)), 3)
+        budgets[budget] = round(best_of(lambda s=s: s.scores(texts)), 3)
     return {"stage": rate(t_stage, texts), "tokenizer_only": rate(t_tok, texts),
             "one_document_at_a_time": rate(t_loop, texts),
             "fixed_batches_of_32": rate(t_fixed, texts),
@@ -144,8 +129,8 @@ def bench_fasttext(texts) -> dict:
     stage.scores(texts[:10])
     model = fasttext.load_model(path)
     lines = [t.replace("\n", " ") + "\n" for t in texts]
-    t_stage = timed(lambda: stage.scores(texts))
-    t_raw = timed(lambda: [model.f.predict(x, -1, 0.0, "strict") for x in lines])
+    t_stage = best_of(lambda: stage.scores(texts))
+    t_raw = best_of(lambda: [model.f.predict(x, -1, 0.0, "strict") for x in lines])
     return {"stage": rate(t_stage, texts), "fasttext_predict": rate(t_raw, texts),
             "stage_vs_fasttext_time": round(t_stage / t_raw, 2)}
 
@@ -168,8 +153,8 @@ def bench_embed(texts, n: int) -> dict:
         torch.set_num_threads(1)
         model = SentenceTransformer(resolve_model_path(stage.model), device="cpu")
         model.max_seq_length = 256
-        t_stage = timed(lambda: stage.embed(sample), repeat=1)
-        t_lib = timed(lambda: model.encode(sample, batch_size=64, normalize_embeddings=True),
+        t_stage = best_of(lambda: stage.embed(sample), repeat=1)
+        t_lib = best_of(lambda: model.encode(sample, batch_size=64, normalize_embeddings=True),
                       repeat=1)
         out["minilm"] = {"stage": rate(t_stage, sample), "sentence_transformers": rate(t_lib, sample),
                          "stage_vs_library_time": round(t_stage / t_lib, 2), "documents": n}
@@ -184,8 +169,8 @@ def bench_embed(texts, n: int) -> dict:
                            dim=256)
     stage = Embed(model=enc, tokenizer=tok_path, max_length=512)
     stage.embed(texts[:4])
-    t_stage = timed(lambda: stage.embed(texts))
-    t_tok = timed(lambda: tok.encode_batch(texts))
+    t_stage = best_of(lambda: stage.embed(texts))
+    t_tok = best_of(lambda: tok.encode_batch(texts))
     out["onnx_tiny_encoder"] = {"stage": rate(t_stage, texts),
                                 "tokenizer_only": rate(t_tok, texts),
                                 "stage_vs_tokenizer_time": round(t_stage / t_tok, 2)}
@@ -215,7 +200,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--embed-docs", type=int, default=300)
     args = ap.parse_args()
-    texts = corpus(args.scale)
+    texts = sample_texts(args.scale)
     print(json.dumps({"documents": len(texts),
                       "mb": round(sum(len(t.encode()) for t in texts) / 1e6, 2),
                       "onnx": bench_onnx(texts, args.dim, args.max_length),

@@ -18,8 +18,6 @@
 from __future__ import annotations
 
 import argparse
-import glob
-import gzip
 import json
 import os
 import random
@@ -33,12 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-
-
-def corpus(scale: int) -> list[str]:
-    texts = [json.loads(line)["text"] for f in sorted(glob.glob(str(REPO / "data/sample/*.jsonl.gz")))
-             for line in gzip.open(f, "rt", encoding="utf-8")]
-    return texts * scale
+from bench_common import sample_texts  # noqa: E402  (next to this script)
 
 
 def py_words(text: str) -> list[str]:
@@ -74,7 +67,7 @@ def main() -> int:
     from gpupipe.seam import text_buffers
     from gpupipe.stages import Decontaminate
 
-    texts = corpus(args.scale)
+    texts = sample_texts(args.scale)
     vocab = sorted({w for t in texts[:2000] for w in t.split() if w.isalpha()})
     rng = random.Random(0)
     per = 100 - 13 + 1

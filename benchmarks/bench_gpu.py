@@ -29,21 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-
-
-def best_of(fn, repeat: int) -> float:
-    fn()  # compile, allocate
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+from bench_common import best_of  # noqa: E402  (next to this script)
 
 
 def main() -> int:
@@ -82,8 +72,8 @@ def main() -> int:
         if args.kernel and check.name not in args.kernel:
             continue
         bad = int(check.mismatches(sample).sum())
-        t_cpu = best_of(lambda c=check: c.cpu(sample), args.repeat)
-        t_gpu = best_of(lambda c=check: c.gpu(sample), args.repeat)
+        t_cpu = best_of(lambda c=check: c.cpu(sample), args.repeat, warm=True)
+        t_gpu = best_of(lambda c=check: c.gpu(sample), args.repeat, warm=True)
         report["kernels"][check.name] = {
             "mismatches": bad,
             "cpu_one_thread": {"docs_per_s": round(n / t_cpu), "mb_per_s": round(mb / t_cpu, 1)},
@@ -101,16 +91,18 @@ def main() -> int:
         r.gopher_repetition_features(off, data, top, dup)
         q.gopher_quality_features(off, data, checks.STOP_WORDS)
 
-    t_gpu, t_cpu = best_of(pair_gpu, args.repeat), best_of(pair_cpu, args.repeat)
+    t_gpu = best_of(pair_gpu, args.repeat, warm=True)
+    t_cpu = best_of(pair_cpu, args.repeat, warm=True)
     report["gopher_pair"] = {"gpu_gb_per_s": round(mb / 1e3 / t_gpu, 3),
                              "cpu_one_thread_mb_per_s": round(mb / t_cpu, 1),
                              "target_gpu_gb_per_s": 1.0}
     rng = np.random.default_rng(42)
     a, b = rng.integers(1, 2**32, 260, dtype=np.uint64), rng.integers(0, 2**32, 260,
                                                                        dtype=np.uint64)
-    t_gpu = best_of(lambda: gpu.minhash(off, data, seed=42, a=a, b=b, width=24), args.repeat)
+    t_gpu = best_of(lambda: gpu.minhash(off, data, seed=42, a=a, b=b, width=24), args.repeat,
+                    warm=True)
     t_cpu = best_of(lambda: hashing.minhash_buffers(off, data, seed=42, a=a, b=b, width=24),
-                    args.repeat)
+                    args.repeat, warm=True)
     report["minhash_nemo_preset"] = {"gpu_docs_per_s": round(n / t_gpu),
                                      "cpu_one_thread_docs_per_s": round(n / t_cpu),
                                      "target_gpu_docs_per_s": 1_000_000}
