@@ -113,20 +113,21 @@ def _sampled_outputs(run_dir: str) -> tuple[list[str], int]:
 
 
 def _lengths(run_dir: str) -> list[tuple[str, float]]:
-    """Documents per text length bucket (characters) in the output (sampled partitions)."""
+    """Documents per text length bucket (characters) in the output (sampled partitions), for
+    run directories whose run.json predates ``output.length_hist``; the buckets are run.json's."""
     import numpy as np
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    edges = [0, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000, float("inf")]
-    counts = np.zeros(len(edges) - 1, dtype=np.int64)
+    from gpupipe.runner.stats import LENGTH_EDGES, LENGTH_LABELS
+
+    counts = np.zeros(len(LENGTH_LABELS), dtype=np.int64)
     for f in _sampled_outputs(run_dir)[0]:
         n = pc.utf8_length(pq.read_table(f, columns=["text"])["text"]).to_numpy(
             zero_copy_only=False)
-        counts += np.histogram(n, bins=edges)[0]
-    names = [f"{int(a):,}–{int(b):,}" if b != float("inf") else f"{int(a):,}+"
-             for a, b in zip(edges[:-1], edges[1:])]
-    return [(k, float(c)) for k, c in zip(names, counts)]
+        counts += np.bincount(np.searchsorted(np.asarray(LENGTH_EDGES[1:]), n, side="right"),
+                              minlength=len(LENGTH_LABELS))
+    return [(k, float(c)) for k, c in zip(LENGTH_LABELS, counts)]
 
 
 def _languages(run_dir: str) -> list[tuple[str, float]]:

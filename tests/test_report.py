@@ -179,3 +179,12 @@ def test_duplicate_clusters_with_their_texts(client, tmp_path, sample_records):
     assert _html.unescape(fuzzy[4]) == snippet(removed["text"])
     exact = next(r for r in rows if r[1] == a["id"] and r[0] == "2")
     assert exact[3] == "exact-copy" and _html.unescape(exact[4]) == snippet(a["text"])
+
+
+def test_old_run_directories_get_the_same_length_buckets(run):
+    """A run.json from before output.length_hist: the report reads the output back and counts
+    it in the same buckets."""
+    from gpupipe.report import _lengths
+
+    assert _lengths(run.output) == [(k, float(v)) for k, v in
+                                    run.summary["output"]["length_hist"].items()]
