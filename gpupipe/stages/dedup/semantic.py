@@ -14,7 +14,15 @@ from pydantic import Field
 from gpupipe.errors import BackendUnavailableError
 from gpupipe.frame import ID, TEXT
 from gpupipe.stages.base import GlobalStage, stage
-from gpupipe.stages.dedup.common import POS, ROW, clear_audit, doc_codes, drop_rows, split_codes
+from gpupipe.stages.dedup.common import (
+    POS,
+    ROW,
+    clear_audit,
+    doc_codes,
+    drop_rows,
+    rank_order,
+    split_codes,
+)
 from gpupipe.stages.steps import Map, OnClient, Output, Reduce
 
 _LOSERS = pa.schema([(POS, pa.int64()), (ROW, pa.int64()), ("id", pa.string()),
@@ -204,14 +212,12 @@ class Select:
 
     def order(self, info: pd.DataFrame) -> np.ndarray:
         """Positions of ``info``'s rows in the order they claim to be kept; ties in input
-        order."""
-        if self.keep == "first":
-            by, asc = ["doc"], [True]
-        elif self.keep == "longest":
-            by, asc = ["length", "doc"], [False, True]
-        else:   # centroid_farthest (SemDeDup): the least typical document of the group stays
-            by, asc = ["dist", "doc"], [False, True]
-        return info.sort_values(by, ascending=asc, kind="stable").index.to_numpy()
+        order. ``first`` and ``longest`` are the exact and fuzzy dedup order (`rank_order`)."""
+        if self.keep != "centroid_farthest":
+            return rank_order(info, self.keep)
+        # SemDeDup: the least typical document of the group (farthest from the centroid) stays
+        return info.sort_values(["dist", "doc"], ascending=[False, True],
+                                kind="stable").index.to_numpy()
 
 
 def _prepare(label: str, ctx) -> Output:
