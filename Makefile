@@ -46,6 +46,7 @@ check-gpu-api:
 
 lint: $(STAMP)
 	$(BIN)/ruff check gpupipe tests benchmarks
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_quickstart.py

@@ -61,10 +61,10 @@ def main() -> int:
 
     import pandas as pd
 
+    from gpupipe.backends.dispatch import text_buffers
     from gpupipe.frame import ID, TEXT
     from gpupipe.kernels.contamination import fold_table
     from gpupipe.kernels.utf8 import count_words
-    from gpupipe.seam import text_buffers
     from gpupipe.stages import Decontaminate
 
     texts = sample_texts(args.scale)

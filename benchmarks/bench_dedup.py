@@ -117,7 +117,7 @@ def run_gpupipe(inp: Path, out: Path, workers: int, verify: str = "signature"):
     from distributed import Client, LocalCluster
 
     import gpupipe as gp
-    from gpupipe.cluster import worker_env
+    from gpupipe.runner.cluster import worker_env
     from gpupipe.stages import FuzzyDedup
 
     pipe = gp.Pipeline(input={"path": str(inp), "id_column": "id"},

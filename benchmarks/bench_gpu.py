@@ -53,6 +53,7 @@ def main() -> int:
     import numpy as np
     import pyarrow as pa
 
+    from gpupipe.check_gpu import load_texts
     from gpupipe.kernels import checks, gpu, hashing
     from gpupipe.kernels import quality as q
     from gpupipe.kernels import repetition as r
@@ -62,7 +63,7 @@ def main() -> int:
         print(f"bench_gpu: no usable GPU ({device}); pip install 'gpupipe[kernels-cu12]' on a "
               f"GPU machine, or set NUMBA_ENABLE_CUDASIM=1 to try the script", file=sys.stderr)
         return 2
-    texts = checks.load_texts(args.path, args.sample or 10**9,
+    texts = load_texts(args.path, args.sample or 10**9,
                               max_doc_bytes=args.max_doc_bytes)
     texts = pa.concat_arrays([texts] * args.scale)
     sample = checks.Sample.of(texts)
@@ -112,9 +113,9 @@ def main() -> int:
 
 def _corpus(path: str, scale: int, out: Path) -> tuple[str, float]:
     """The corpus repeated ``scale`` times as JSON Lines with unique ids; (path, MB of text)."""
-    from gpupipe.kernels import checks
+    from gpupipe.check_gpu import load_texts
 
-    texts = checks.load_texts(path, 10**9).to_pylist()
+    texts = load_texts(path, 10**9).to_pylist()
     out.mkdir(parents=True, exist_ok=True)
     mb = 0.0
     with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
@@ -136,7 +137,7 @@ def bench_pipeline(args) -> int:
     import tempfile
 
     import gpupipe as gp
-    from gpupipe.backend import probe_gpu
+    from gpupipe.runner.cluster import probe_gpu
 
     with tempfile.TemporaryDirectory(prefix="gpupipe-bench-") as tmp:
         tmp = Path(tmp)

@@ -107,7 +107,7 @@ def main() -> int:
                                                                if len(x.split()) >= words], 1)
                 assert py == res.frame["text"].tolist(), "python baseline disagrees"
             else:  # tokenize: the baseline is the tokenizer's own batch encoding
-                from gpupipe.shards.tokenizer import load_tokenizer
+                from gpupipe.io.tokenizer import load_tokenizer
 
                 tok = load_tokenizer(st.tokenizer)
                 tp, _ = best_of(lambda cur=cur, tok=tok: tok.encode_batch(

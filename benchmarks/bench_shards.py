@@ -28,11 +28,11 @@ def main() -> int:
     from bench_quickstart import make_corpus
 
     import gpupipe as gp
-    from gpupipe.cluster import worker_env
     from gpupipe.io.jsonl import JsonlSource
+    from gpupipe.io.tokenizer import load_tokenizer
+    from gpupipe.runner.cluster import worker_env
     from gpupipe.shards import writer
     from gpupipe.shards.routing import SPLIT_ORDER, shards_per_split
-    from gpupipe.shards.tokenizer import load_tokenizer
     from gpupipe.spec import ShardSpec
     from gpupipe.stages import Tokenize
 

@@ -11,9 +11,8 @@ True
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from gpupipe import stages
+from gpupipe._version import __version__
 from gpupipe.errors import (
     BackendUnavailableError,
     ClusterError,
@@ -25,14 +24,31 @@ from gpupipe.errors import (
 )
 from gpupipe.io import read_jsonl, read_parquet
 from gpupipe.pipeline import Pipeline
-from gpupipe.registry import all_stages
-from gpupipe.runner import RunResult
+from gpupipe.result import RunResult
+from gpupipe.stages.registry import all_stages
+from gpupipe.views import html as _html
+from gpupipe.views import report as _report
+
+
+# the views of the floors below (stages, pipelines, results) live in the ui floor
+@_html.register_lazy("gpupipe")
+def _register_html() -> None:
+    from gpupipe import notebook
+
+    notebook.register()
+
+
+@_report.register_lazy("gpupipe")
+def _register_report() -> None:
+    from gpupipe import report
+
+    report.register()
 
 
 def explain_document(pipeline, text: str):
     """One text through ``pipeline``'s row-local stages: every measure, its bounds and each
-    filter's verdict (`gpupipe.notebook.explain_document`)."""
-    from gpupipe.notebook import explain_document as run
+    filter's verdict (`gpupipe.preview.explain_document`)."""
+    from gpupipe.preview import explain_document as run
 
     return run(pipeline, text)
 
@@ -44,8 +60,8 @@ def stage_names() -> list[str]:
 def check_gpu(data="data", *, sample: int = 1000, max_doc_bytes: int | None = None,
               kernels: list[str] | None = None) -> list[dict]:
     """Every text kernel on the CPU and on the GPU, compared bit for bit (what
-    ``gpupipe check-gpu`` runs); see `gpupipe.kernels.checks.check_gpu`."""
-    from gpupipe.kernels.checks import check_gpu as run
+    ``gpupipe check-gpu`` runs); see `gpupipe.check_gpu.check_gpu`."""
+    from gpupipe.check_gpu import check_gpu as run
 
     return run(data, sample=sample, max_doc_bytes=max_doc_bytes, kernels=kernels)
 

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from gpupipe import __version__
+from gpupipe._version import __version__
 from gpupipe.errors import BackendUnavailableError, GpupipeError, SpecError
 
 
@@ -80,7 +80,7 @@ def cmd_explain(args) -> int:
 def cmd_stages(args) -> int:
     import dataclasses
 
-    from gpupipe.registry import PLUGIN_ERRORS, PLUGIN_STAGES, all_stages
+    from gpupipe.stages.registry import PLUGIN_ERRORS, PLUGIN_STAGES, all_stages
 
     stages = all_stages()
     if args.json:
@@ -96,7 +96,7 @@ def cmd_stages(args) -> int:
     from pydantic import TypeAdapter
 
     if args.name and args.name not in stages:
-        from gpupipe.registry import get_stage
+        from gpupipe.stages.registry import get_stage
 
         get_stage(args.name)  # raises with a did-you-mean suggestion
     for name, cls in stages.items():
@@ -181,7 +181,7 @@ def cmd_train_tokenizer(args) -> int:
     from gpupipe.io.files import common_root, expand_paths
     from gpupipe.io.jsonl import JSONL_SUFFIXES, JsonlSource
     from gpupipe.io.parquet import PARQUET_SUFFIXES, ParquetSource
-    from gpupipe.shards.tokenizer import train_bpe
+    from gpupipe.io.tokenizer import train_bpe
 
     is_parquet = all(p.endswith(PARQUET_SUFFIXES) for p in args.input)
     files = expand_paths(args.input, suffixes=PARQUET_SUFFIXES if is_parquet else JSONL_SUFFIXES)
@@ -313,7 +313,7 @@ def cmd_check_gpu(args) -> int:
             print(f"simulating the GPU side on the CPU (NUMBA_ENABLE_CUDASIM=1); documents cut "
                   f"to {max_bytes} bytes", file=sys.stderr)
         env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
-        return subprocess.run([sys.executable, "-m", "gpupipe.kernels.checks", *argv],
+        return subprocess.run([sys.executable, "-m", "gpupipe.check_gpu", *argv],
                               env=env).returncode
     from gpupipe.kernels.gpu import usable
 
@@ -324,7 +324,7 @@ def cmd_check_gpu(args) -> int:
               f"in numba's CUDA simulator, --compile-only compiles every kernel to PTX.",
               file=sys.stderr)
         return 2
-    from gpupipe.kernels.checks import main as check_main
+    from gpupipe.check_gpu import main as check_main
 
     return check_main(argv)
 

@@ -122,7 +122,7 @@ def pipeline_reference() -> str:
 
 def builtin_stages() -> dict:
     """The stages gpupipe itself defines (not plugins, not classes made in doctests)."""
-    from gpupipe.registry import all_stages
+    from gpupipe.stages.registry import all_stages
 
     out = {}
     for name, cls in all_stages().items():

@@ -40,3 +40,21 @@ class StageError(GpupipeError):
 
 class OutputError(GpupipeError):
     """The output directory cannot be used (not a run directory, not writable, ...)."""
+
+
+def closest(name: str, candidates) -> str | None:
+    """The candidate most similar to ``name``, if any is close enough to be a likely typo.
+
+    >>> closest("lenght_filter", ["length_filter", "sample"])
+    'length_filter'
+    """
+    import difflib
+
+    found = difflib.get_close_matches(str(name), list(candidates), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def did_you_mean(name: str, candidates) -> str:
+    """`` — did you mean 'x'?`` for a likely typo of one of ``candidates``, else ``""``."""
+    guess = closest(name, candidates)
+    return f" — did you mean {guess!r}?" if guess else ""

@@ -1,15 +1,13 @@
 """The canonical partition: a dataframe with string columns ``id`` and ``text`` (plus columns stages
 add). This module is where pandas <-> Arrow conversions live, so stages stay columnar and dtypes
 are the same at every stage boundary (Dask's ``string[pyarrow]``, missing values as ``pd.NA``).
-It is also the pandas half of the backend seam (`gpupipe.seam`)."""
+The pandas half of the backend seam builds on it (`gpupipe.backends.pandas`)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from gpupipe import seam
 
 ID = "id"
 TEXT = "text"
@@ -72,65 +70,3 @@ def utf8_bytes(series: pd.Series) -> int:
     if len(series) == 0:
         return 0
     return int(pc.sum(pc.binary_length(text_array(series))).as_py() or 0)
-
-
-# --------------------------------------------------------------------------- the pandas half
-
-@seam.text_buffers.register(pd.Series)
-def _text_buffers(series: pd.Series):
-    from gpupipe.kernels.utf8 import utf8_buffers
-
-    return utf8_buffers(text_array(series))
-
-
-@seam.kernels_for.register((pd.DataFrame, pd.Series))
-def _kernels_for(obj):
-    from gpupipe.kernels import cpu
-
-    return cpu
-
-
-@seam.string_column.register(pd.Series)
-def _string_column(like: pd.Series, offsets, data, keep=None) -> pd.Series:
-    new = pa.LargeStringArray.from_buffers(len(like), pa.py_buffer(offsets), pa.py_buffer(data))
-    if keep is not None and not keep.all():
-        new = pc.if_else(pa.array(keep), new, text_array(like))
-    return string_series(new, like.index)
-
-
-@seam.label_column.register((pd.DataFrame, pd.Series))
-def _label_column(like, codes, labels) -> pd.Series:
-    table = pa.array([None, *labels], type=pa.large_string())
-    return string_series(table.take(pa.array(codes.astype("int32"))), like.index)
-
-
-@seam.arrow_table.register(pd.DataFrame)
-def _arrow_table(frame: pd.DataFrame) -> pa.Table:
-    return to_arrow(frame)
-
-
-@seam.byte_size.register(pd.Series)
-def _byte_size(series: pd.Series) -> int:
-    return utf8_bytes(series)
-
-
-@seam.to_host.register(pd.DataFrame)
-def _to_host(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame
-
-
-@seam.like.register((pd.DataFrame, pd.Series))
-def _like(like, frame: pd.DataFrame) -> pd.DataFrame:
-    if len(frame) == len(like) and not frame.index.equals(like.index):
-        return frame.set_axis(like.index)
-    return frame
-
-
-@seam.take_text.register(pd.Series)
-def _take_text(series: pd.Series, rows) -> pa.Array:
-    return text_array(series).take(pa.array(rows, pa.int64()))
-
-
-@seam.filter_rows.register(pd.DataFrame)
-def _filter_rows(frame: pd.DataFrame, keep) -> pd.DataFrame:
-    return frame[keep].reset_index(drop=True)

@@ -73,7 +73,8 @@ def _pyarrow_parquet(paths: list[str]) -> int:
 def run(paths: list[str], repeat: int = 3, methods: list[str] | None = None) -> dict:
     """{"files", "bytes", "methods": {name: {"passes_mb_s": [...], "best_mb_s"} or
     {"skipped": why}}}."""
-    from gpupipe.backend import cudf_read_parquet_files, kvikio_read_files, probe_gpu
+    from gpupipe.backends.cudf import cudf_read_parquet_files, kvikio_read_files
+    from gpupipe.runner.cluster import probe_gpu
 
     files = [p for p in paths if os.path.isfile(p)]
     if not files:

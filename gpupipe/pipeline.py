@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import yaml
 
+from gpupipe import views
 from gpupipe.spec import PipelineSpec, apply_overrides, load_yaml, parse_pipeline
+
+log = logging.getLogger(__name__)
 
 
 class Pipeline(PipelineSpec):
@@ -30,16 +34,14 @@ class Pipeline(PipelineSpec):
         return parse_pipeline(data, source=path, lines=lines, cls=cls)
 
     def _repr_html_(self) -> str:
-        from gpupipe.notebook import pipeline_html
-
-        return pipeline_html(self)
+        return views.html(self)
 
     def preview(self, n: int = 200, seed: int = 0, path: str | None = None):
         """Run the row-local stages in this process on ``n`` sampled documents, dropping none:
         a pandas DataFrame with a column per filter (``keep`` or the reason it would drop the
         document), ``verdict`` (what the run would do), and the stages' rewrites and
-        annotations. See `gpupipe.notebook.preview`."""
-        from gpupipe.notebook import preview
+        annotations. See `gpupipe.preview.preview`."""
+        from gpupipe.preview import preview
 
         return preview(self, n=n, seed=seed, path=path)
 
@@ -59,8 +61,8 @@ class Pipeline(PipelineSpec):
 
     def explain(self) -> str:
         """Stages in order, how they fuse into tasks, global boundaries and the backend."""
-        from gpupipe.backend import resolve_backend
         from gpupipe.errors import GpupipeError
+        from gpupipe.runner.cluster import resolve_backend
         from gpupipe.runner.plan import conversions, stage_backends
 
         try:
@@ -152,14 +154,21 @@ class Pipeline(PipelineSpec):
         ``progress``: True for a live bar, False for none, "log" for log lines, None for a bar
         on a terminal or notebook and log lines otherwise.
         """
-        from gpupipe.runner.execute import execute
+        from gpupipe.result import RunResult
+        from gpupipe.runner.run import execute
 
         pipeline = self
         if output is not None or overwrite is not None:
             new_out = self.output.model_copy(update={
                 k: v for k, v in (("path", output), ("overwrite", overwrite)) if v is not None})
             pipeline = self.model_copy(update={"output": new_out})
-        return execute(pipeline, client=client, workers=workers, progress=progress)
+        summary = execute(pipeline, client=client, workers=workers, progress=progress)
+        result = RunResult(pipeline.output.path, summary)
+        try:
+            views.report(result)
+        except Exception as e:  # the report is a view: never the reason a finished run fails
+            log.warning("report.html could not be written: %s: %s", type(e).__name__, e)
+        return result
 
 
 def _step_lines(st, position: int, output: str) -> list[str]:
@@ -182,7 +191,7 @@ def _step_lines(st, position: int, output: str) -> list[str]:
 
 def _cluster_line(c) -> str:
     if c.kind == "local":
-        from gpupipe.cluster import default_workers
+        from gpupipe.runner.cluster import default_workers
 
         n = c.workers or default_workers()
         return f"local Dask cluster, {n} worker(s) x {c.threads_per_worker} thread(s)"

@@ -346,6 +346,15 @@ def render(run_dir: str) -> str:
     return "\n".join(out)
 
 
+def register() -> None:
+    """Register `write_report` as `gpupipe.views.report` (what a finished run calls; the package
+    face does it lazily)."""
+    from gpupipe import views
+    from gpupipe.result import RunResult
+
+    views.report.register(RunResult, lambda result: write_report(result.output))
+
+
 def write_report(run_dir: str) -> str:
     """Write ``<run_dir>/report.html``; returns its path."""
     from gpupipe.io.writer import write_bytes

@@ -27,9 +27,9 @@ from pydantic import (
     model_validator,
 )
 
-from gpupipe.errors import SpecError
-from gpupipe.registry import all_stages, did_you_mean, get_stage
+from gpupipe.errors import SpecError, did_you_mean
 from gpupipe.stages.base import Stage
+from gpupipe.stages.registry import all_stages, get_stage
 
 _STRICT = ConfigDict(extra="forbid")
 _RAW_ERRORS: contextvars.ContextVar[bool] = contextvars.ContextVar("raw_errors", default=False)
@@ -424,7 +424,7 @@ class PipelineSpec(BaseModel):
                 raise ValueError("inputs: name at least one source")
             for name, src in self.inputs.items():
                 for i, st in enumerate(src.stages):
-                    if st.kind != "row" or st.stage_name == "tokenize":
+                    if st.kind != "row" or st.is_sink:
                         raise ValueError(f"inputs.{name}.stages[{i}] ({st.stage_name}): a "
                                          f"source's own stages must be row-local filters or "
                                          f"transforms; put it in the shared stages")
@@ -435,7 +435,7 @@ class PipelineSpec(BaseModel):
                 raise ValueError(f"mixture.weights must name every source of inputs exactly "
                                  f"(inputs: {', '.join(self.inputs)}; weights: "
                                  f"{', '.join(self.mixture.weights)})")
-            if not any(s.stage_name == "tokenize" for s in self.stages):
+            if self.sink_stage() is None:
                 raise ValueError("mixture: the token shares need a tokenize stage at the end")
         return self
 
@@ -457,12 +457,13 @@ class PipelineSpec(BaseModel):
         return self._all_stages
 
     @model_validator(mode="after")
-    def _tokenize_last(self):
-        names = [s.stage_name for s in self.stages]
-        if "tokenize" in names:
-            if names.index("tokenize") != len(names) - 1 or names.count("tokenize") > 1:
-                raise ValueError("stages: tokenize must be the last stage (the shards are "
-                                 "written from its tokens)")
+    def _sink_last(self):
+        sinks = [i for i, s in enumerate(self.stages) if s.is_sink]
+        if sinks:
+            if sinks != [len(self.stages) - 1]:
+                name = self.stages[sinks[0]].stage_name
+                raise ValueError(f"stages: {name} must be the last stage (the shards are "
+                                 f"written from its output)")
             if self.output.shards is None:
                 self.output.shards = ShardSpec()
         elif self.output.shards is not None:
@@ -478,8 +479,9 @@ class PipelineSpec(BaseModel):
                 added[col] = i
         return self
 
-    def tokenizer_stage(self):
-        return self.stages[-1] if self.stages and self.stages[-1].stage_name == "tokenize" else None
+    def sink_stage(self) -> Stage | None:
+        """The stage that ends the run (`Stage.is_sink`: tokenize), or None."""
+        return self.stages[-1] if self.stages and self.stages[-1].is_sink else None
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved pipeline (every default filled in), as a pipeline file would say it."""

@@ -72,7 +72,7 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(slow)
     if not any("gpu" in item.keywords for item in items):
         return
-    from gpupipe.backend import probe_gpu
+    from gpupipe.runner.cluster import probe_gpu
 
     usable, why = probe_gpu()
     if usable:

@@ -15,10 +15,10 @@ since the step runner: their pandas calls are no longer part of the contract.)
 from __future__ import annotations
 
 CALLS: list[tuple[str, str, tuple[str, ...], str]] = [
-    # --- cuDF: construction and conversion (gpupipe/backend.py)
+    # --- cuDF: construction and conversion (gpupipe/backends/cudf.py)
     ("cudf", "Series", ("index",), "probe_gpu, keep masks"),
     ("cudf", "Series.from_arrow", (), "string_column, label_column, derived ids"),
-    ("cudf", "Series.to_pylibcudf", (), "kernels.gpu.column_buffers (zero-copy buffers)"),
+    ("cudf", "Series.to_pylibcudf", (), "backends.cudf.column_buffers (zero-copy buffers)"),
     ("cudf", "Series.where", (), "string_column (keep=...)"),
     ("cudf", "Series.isna", (), "Parquet GPU reader: nulls go to the host reader"),
     ("cudf", "Series.any", (), "Parquet GPU reader"),
@@ -39,7 +39,7 @@ CALLS: list[tuple[str, str, tuple[str, ...], str]] = [
     ("cudf.core.buffer.spillable_buffer", "SpillableBufferOwner.mark_exposed", (),
      "what access(scope='external') does: unspill, never spill again"),
     ("cudf.core.accessors.string", "StringMethods.byte_count", (), "byte_size"),
-    # --- pylibcudf: the string column's buffers (gpupipe/kernels/gpu.py)
+    # --- pylibcudf: the string column's buffers (gpupipe/backends/cudf.py)
     ("pylibcudf", "Column.child", (), "offsets child"),
     ("pylibcudf", "Column.num_children", (), "empty columns have no offsets child"),
     ("pylibcudf", "Column.offset", (), "sliced columns"),
@@ -47,7 +47,7 @@ CALLS: list[tuple[str, str, tuple[str, ...], str]] = [
     ("pylibcudf", "Column.data", (), "chars buffer"),
     ("pylibcudf", "Column.type", (), "offsets width"),
     ("pylibcudf", "DataType.id", (), "offsets width"),
-    # --- dask-cuda (gpupipe/backend.py local_cuda_cluster; keywords from cuda_cluster_kwargs)
+    # --- dask-cuda (gpupipe/runner/cluster.py local_cuda_cluster; keywords from cuda_cluster_kwargs)
     ("dask_cuda", "LocalCUDACluster", (), "cluster: {kind: cuda}"),
     # --- KvikIO and CuPy (io.kvikio settings, io-bench)
     ("kvikio", "defaults.set", (), "apply_kvikio_settings (kvikio.defaults is a submodule)"),

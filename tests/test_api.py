@@ -37,8 +37,8 @@ def test_pipeline_in_python_run_and_result(client, tmp_path, small_corpus):
 
 def test_custom_stage_defined_in_a_notebook_runs_on_the_workers(client, tmp_path,
                                                                small_corpus):
-    from gpupipe.registry import all_stages
     from gpupipe.stages import Transform, stage
+    from gpupipe.stages.registry import all_stages
 
     if "lowercase_demo" not in all_stages():
         @stage("lowercase_demo")

@@ -64,7 +64,7 @@ def test_bench_gpu_runs_in_the_simulator():
 def test_bench_gpu_pipeline_mode_runs_the_pandas_half_here():
     """`bench_gpu.py --pipeline` on a machine without a GPU: the pandas run with its per-stage
     figures, and the cuDF run reported as skipped (on a GPU machine it runs both)."""
-    from gpupipe.backend import probe_gpu
+    from gpupipe.runner.cluster import probe_gpu
 
     if probe_gpu()[0]:
         pytest.skip("a GPU works here: the cuDF half runs too (the gpu tests cover it)")

@@ -47,7 +47,7 @@ def test_the_cluster_keywords_come_from_the_spec_mapping():
 
 def _cluster_keywords() -> list[str]:
     import gpupipe as gp
-    from gpupipe.cluster import cuda_cluster_kwargs
+    from gpupipe.runner.cluster import cuda_cluster_kwargs
 
     full = gp.Pipeline(input="data/sample", output="out/x", cluster={
         "kind": "cuda", "protocol": "ucx", "interface": "ib0", "enable_infiniband": True,
@@ -123,7 +123,7 @@ def test_kvikio_settings_apply_to_a_loaded_kvikio():
     """KvikIO's settings work without a GPU: what a worker that already loaded KvikIO gets."""
     import kvikio.defaults
 
-    from gpupipe.backend import apply_kvikio_settings
+    from gpupipe.runner.cluster import apply_kvikio_settings
 
     apply_kvikio_settings({"KVIKIO_COMPAT_MODE": "ON", "KVIKIO_NTHREADS": "3",
                            "KVIKIO_TASK_SIZE": str(8 << 20)})

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 import gpupipe as gp
-from gpupipe.cluster import connect, cuda_cluster_kwargs
 from gpupipe.errors import SpecError
-from gpupipe.runner.execute import effective_blocksize
+from gpupipe.runner.cluster import connect, cuda_cluster_kwargs
 from gpupipe.runner.plan import stage_backends
+from gpupipe.runner.sources import effective_blocksize
 from gpupipe.slurm import SlurmOptions, render
 from gpupipe.spec import LocalClusterSpec
 from gpupipe.stages import GopherQuality, LengthFilter
@@ -92,8 +92,8 @@ def test_missing_ucx_or_gpu_are_clear_errors(monkeypatch):
     (the package lookup is redirected: this machine has neither)."""
     import importlib.util
 
-    from gpupipe import backend
     from gpupipe.errors import ClusterError
+    from gpupipe.runner import cluster as backend
 
     real = importlib.util.find_spec
     present = {"dask_cuda": True, "distributed_ucxx": False}
@@ -322,7 +322,7 @@ def test_io_bench_reads_every_byte_with_each_method(tmp_path):
     for name in ("posix", "pyarrow"):
         assert report["methods"][name]["bytes"] == size
         assert len(report["methods"][name]["passes_mb_s"]) == 2
-    from gpupipe.backend import probe_gpu
+    from gpupipe.runner.cluster import probe_gpu
 
     if not probe_gpu()[0]:
         assert "no usable GPU" in report["methods"]["kvikio"]["skipped"]

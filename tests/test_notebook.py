@@ -109,7 +109,7 @@ def test_preview_measures_agree_with_the_verdicts(web):
 
 
 def test_report_view_without_a_report(tmp_path):
-    from gpupipe.notebook import ReportView
+    from gpupipe.result import ReportView
 
     view = ReportView(str(tmp_path / "run" / "report.html"))
     assert repr(view) == f"report: {tmp_path / 'run' / 'report.html'}"

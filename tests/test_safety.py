@@ -81,7 +81,7 @@ def test_the_run_directory_never_overlaps_the_input(tmp_path, layout):
 
 
 def test_the_embedded_cluster_listens_on_localhost():
-    from gpupipe.cluster import connect
+    from gpupipe.runner.cluster import connect
     from gpupipe.spec import LocalClusterSpec
 
     with connect(LocalClusterSpec(workers=1)) as client:

@@ -18,7 +18,7 @@ def from_partitions(read, npartitions: int, meta, label: str):
 
 
 def _to_dask(source, label: str):
-    from gpupipe.runner.tasks import FrameReader
+    from gpupipe.io.source import FrameReader
 
     return from_partitions(FrameReader(source), source.npartitions, source.meta(), label)
 

@@ -54,11 +54,15 @@ class ParquetSource:
         rows = pa.array(range(1, n + 1), pa.int64()).cast(pa.string())
         return pc.binary_join_element_wise(derived_id_prefix(path, self.root), rows, "")
 
+    @staticmethod
+    def _stats(path: str) -> dict:
+        return {"files": 1, "compressed_bytes": os.path.getsize(path), "bytes": 0,
+                "files_corrupt": 0, "blank_lines": 0, "text_bytes": 0}
+
     def read(self, i: int) -> ReadResult:
         path = self.files[i]
         rejections = Rejections(self.on_error, FAIL_HINT)
-        stats = {"files": 1, "compressed_bytes": os.path.getsize(path), "bytes": 0,
-                 "files_corrupt": 0, "blank_lines": 0, "text_bytes": 0}
+        stats = self._stats(path)
         wanted = self.wanted_columns()
         try:
             schema = pq.read_schema(path)
@@ -100,6 +104,36 @@ class ParquetSource:
             pc.sum(pc.binary_length(out.column(TEXT))).as_py() or 0)
         stats["docs"] = out.num_rows
         return ReadResult(from_arrow(out), stats, rejections.counts, rejections.table())
+
+    def read_device(self, i: int) -> ReadResult | None:
+        """`read` on the GPU (`gpupipe.backends.cudf.read_parquet`, through KvikIO) for a file
+        whose text and id columns are plain strings without nulls; None for anything else (the
+        host reader then decides: it names corrupt files and null rows)."""
+        from gpupipe.backends import cudf as gpu
+        from gpupipe.backends import dispatch
+
+        path = self.files[i]
+        try:
+            schema = pq.read_schema(path)
+        except Exception:  # the host reader names the corrupt file
+            return None
+        wanted = self.wanted_columns()
+        strings = [self.text_column, *([self.id_column] if self.id_column else [])]
+        if any(c not in schema.names for c in wanted) or not all(
+                pa.types.is_string(schema.field(c).type) or
+                pa.types.is_large_string(schema.field(c).type) for c in strings):
+            return None
+        columns = gpu.read_parquet(path, wanted, not_null=strings)
+        if columns is None:
+            return None
+        text = columns[self.text_column]
+        ids = (columns[self.id_column] if self.id_column is not None else
+               self.derived_ids(path, len(text)))
+        frame = gpu.frame({ID: ids, TEXT: text, **{c: columns[c] for c in self.columns}})
+        stats = self._stats(path)
+        stats["bytes"] = stats["text_bytes"] = dispatch.byte_size(frame[TEXT])
+        stats["docs"] = len(frame)
+        return ReadResult(frame, stats, {}, None)
 
     def _empty(self, stats, rejections) -> ReadResult:
         stats["docs"] = 0

@@ -76,3 +76,34 @@ class Rejections:
 
 
 FAIL_HINT = "fix the input, or set `input.on_error: skip` to set such records aside and go on"
+
+
+def read_partition(source, i: int, backend: str) -> ReadResult:
+    """`ReadResult` of partition ``i`` of ``source`` with its frame on ``backend``. On cuDF a
+    reader with a GPU path of its own (``read_device``, e.g. Parquet decoded on the GPU) reads
+    there; where that path declines (it returns None), and for every other reader, the host
+    reader reads, counting and setting aside bad records with their file and line, and the
+    frame is then copied over."""
+    if backend == "cudf":
+        read_device = getattr(source, "read_device", None)
+        if read_device is not None:
+            result = read_device(i)
+            if result is not None:
+                return result
+    result = source.read(i)
+    if backend == "pandas":
+        return result
+    from gpupipe.backends import to_backend
+
+    return dataclasses.replace(result, frame=to_backend(result.frame, backend))
+
+
+class FrameReader:
+    """Picklable callable for `dask.dataframe.from_map`: partition index -> dataframe (pandas,
+    or cuDF with ``backend="cudf"``)."""
+
+    def __init__(self, source, backend: str = "pandas"):
+        self.source, self.backend = source, backend
+
+    def __call__(self, i: int):
+        return read_partition(self.source, i, self.backend).frame

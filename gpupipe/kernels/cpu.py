@@ -1,5 +1,5 @@
 """The CPU launchers under the names and signatures of `gpupipe.kernels.gpu`'s: what
-`gpupipe.seam.kernels_for` hands a stage for a pandas partition (Arrow buffers in host memory).
+`gpupipe.backends.dispatch.kernels_for` hands a stage for a pandas partition (Arrow buffers in host memory).
 A stage computes with ``kernels_for(df).<name>(...)`` and runs on either target unchanged."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ CPU launcher calls (`gpupipe.kernels.target`).
 
 A launcher takes the UTF-8 view of a string column as host numpy arrays (copied to the device)
 or as device arrays (anything with ``__cuda_array_interface__``, e.g. the offsets child and chars
-data of a cuDF string column, zero-copy; see `column_buffers`). It cuts the documents into chunks
+data of a cuDF string column, zero-copy; see `gpupipe.backends.cudf.column_buffers`). It cuts the documents into chunks
 of at most ``chunk_bytes`` of text, gives every document of a chunk its own slice of scratch (as
 long as the document, tables twice that), and returns numpy arrays shaped like the CPU
 launcher's.
@@ -24,7 +24,7 @@ import functools
 from collections.abc import Iterator
 
 import numpy as np
-from numba import cuda
+from numba import cuda, types
 
 from gpupipe.charsets import char_table
 from gpupipe.kernels import (
@@ -80,76 +80,114 @@ def _probe(out):
         out[i] = i * i
 
 
-# --------------------------------------------------------------------------- compile-only mode
+# --------------------------------------------------------------------------- kernels and types
 
-class _PtxMode:
-    """While active, launches compile their kernel for ``ccs`` instead of running it."""
+# argument types, as the launchers pass them: C-contiguous arrays and scalars. `OFF` stands for
+# a string column's offsets: int64 from a host Arrow array, int32 (or int64) from a cuDF column
+OFF = object()
+B1, U8, U16, I32, I64, U32, U64, F32 = (types.boolean[::1], types.uint8[::1], types.uint16[::1],
+                                        types.int32[::1], types.int64[::1], types.uint32[::1],
+                                        types.uint64[::1], types.float32[::1])
+B2, I64_2, U32_2, U64_2, F32_2 = (types.boolean[:, ::1], types.int64[:, ::1],
+                                  types.uint32[:, ::1], types.uint64[:, ::1],
+                                  types.float32[:, ::1])
+I64_3 = types.int64[:, :, ::1]
+b1, i64, u32, u64 = types.boolean, types.int64, types.uint32, types.uint64
 
-    ccs: tuple[tuple[int, int], ...] | None = None
-    results: list = []
-    seen: set = set()
+#: every CUDA kernel with the argument types its launcher passes (what `compile_ptx` compiles)
+KERNELS: list[tuple] = []
+
+
+def kernel(*signatures: tuple):
+    """``cuda.jit`` a kernel, and record the argument types it is launched with (one tuple per
+    variant; `OFF` is compiled for int64 and int32 offsets)."""
+
+    def wrap(fn):
+        jitted = cuda.jit(fn)
+        KERNELS.append((jitted, signatures))
+        return jitted
+
+    return wrap
+
+
+def _expand(signature: tuple) -> list[tuple]:
+    if OFF not in signature:
+        return [signature]
+    return [tuple(width if t is OFF else t for t in signature) for width in (I64, I32)]
 
 
 @contextlib.contextmanager
-def _ptx_mode(ccs):
+def _no_device(cc: tuple[int, int]):
+    """Compiling a call to a device function asks numba-cuda for the current device's compute
+    capability; with no GPU, it is told ``cc``."""
     import numba.cuda.dispatcher as dispatcher
 
-    class _Device:  # what compiling a call to a device function asks of the current device
-        compute_capability = ccs[0]
+    class _Device:
+        compute_capability = cc
 
     saved = dispatcher.get_current_device
     dispatcher.get_current_device = lambda: _Device
-    _PtxMode.ccs, _PtxMode.results, _PtxMode.seen = tuple(ccs), [], set()
     try:
-        yield _PtxMode.results
+        yield
     finally:
         dispatcher.get_current_device = saved
-        _PtxMode.ccs = None
 
 
-def compile_ptx(archs: list[str]) -> list[dict]:
-    """Compile every kernel to PTX for ``archs`` (``["sm_80", "sm_90"]``); no GPU needed.
-    One record per kernel and architecture: ``{kernel, arch, ptx_bytes}``; raises on the first
-    typing or lowering error, naming the kernel."""
-    from gpupipe.kernels.checks import CHECKS, synthetic_sample
+def _compute_capability(arch: str) -> tuple[int, int]:
+    digits = arch.removeprefix("sm_").removeprefix("compute_")
+    if not digits.isdigit() or len(digits) < 2:
+        raise ValueError(f"architecture {arch!r}: expected sm_XY, e.g. sm_80 or sm_90")
+    return int(digits[:-1]), int(digits[-1])
 
-    ccs = []
-    for a in archs:
-        digits = a.removeprefix("sm_").removeprefix("compute_")
-        if not digits.isdigit() or len(digits) < 2:
-            raise ValueError(f"architecture {a!r}: expected sm_XY, e.g. sm_80 or sm_90")
-        ccs.append((int(digits[:-1]), int(digits[-1])))
-    sample = synthetic_sample()
+
+def kernel_ptx(jitted, arch: str) -> list[str]:
+    """The PTX of ``jitted`` (a kernel of `KERNELS`) for ``arch``, one per declared variant."""
+    cc = _compute_capability(arch)
+    (signatures,) = [sigs for k, sigs in KERNELS if k is jitted]
     out = []
-    for cc in ccs:
-        with _ptx_mode([cc]) as results:
-            for check in CHECKS:
-                before = len(results)
-                check.gpu(sample)
-                for kernel_name, ptx in results[before:]:
-                    out.append({"kernel": check.name, "cuda_kernel": kernel_name,
-                                "arch": f"sm_{cc[0]}{cc[1]}", "ptx_bytes": len(ptx)})
+    with _no_device(cc):
+        for sig in (s for declared in signatures for s in _expand(declared)):
+            try:
+                ptx, _ = cuda.compile_ptx(jitted.py_func, sig, cc=cc)
+            except Exception as e:
+                raise RuntimeError(f"CUDA kernel {jitted.py_func.__name__} does not compile "
+                                   f"for {arch} with ({', '.join(map(str, sig))}): {e}") from e
+            out.append(ptx)
     return out
+
+
+def compile_ptx(archs: list[str], jobs: int | None = None) -> list[dict]:
+    """Compile every kernel of `KERNELS`, each declared variant, to PTX for ``archs``
+    (``["sm_80", "sm_90"]``); no GPU needed. One record per kernel, variant and architecture:
+    ``{cuda_kernel, arch, ptx_bytes}``; raises on the first typing or lowering error, naming the
+    kernel. ``jobs``: processes compiling in parallel (default: one per CPU; 1 compiles here)."""
+    import os
+
+    for a in archs:
+        _compute_capability(a)
+    tasks = [(jitted.py_func.__name__, arch) for arch in archs for jitted, _ in KERNELS]
+    jobs = min(len(tasks), jobs or os.cpu_count() or 1)
+    if jobs > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        # spawned: a fork of a process with threads (a Dask client, a notebook) can deadlock
+        with concurrent.futures.ProcessPoolExecutor(
+                jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            sizes = list(pool.map(_ptx_sizes, tasks))
+    else:
+        sizes = [_ptx_sizes(t) for t in tasks]
+    return [{"cuda_kernel": name, "arch": arch, "ptx_bytes": n}
+            for (name, arch), variants in zip(tasks, sizes) for n in variants]
+
+
+def _ptx_sizes(task: tuple[str, str]) -> list[int]:
+    name, arch = task
+    return [len(ptx) for ptx in kernel_ptx(globals()[name], arch)]
 
 
 def _launch(kernel, n: int, *args) -> None:
     if n == 0:
-        return
-    if _PtxMode.ccs is not None:
-        from numba import typeof
-
-        sig = tuple(typeof(a) for a in args)
-        for cc in _PtxMode.ccs:
-            key = (kernel.py_func.__name__, sig, cc)
-            if key in _PtxMode.seen:
-                continue
-            _PtxMode.seen.add(key)
-            try:
-                ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc)
-            except Exception as e:
-                raise RuntimeError(f"CUDA kernel {kernel.py_func.__name__} does not compile "
-                                   f"for sm_{cc[0]}{cc[1]}: {e}") from e
-            _PtxMode.results.append((kernel.py_func.__name__, ptx))
         return
     kernel[(n + THREADS - 1) // THREADS, THREADS](*args)
 
@@ -166,8 +204,6 @@ def _is_device(x) -> bool:
 
 def to_device(x):
     """A device array of ``x`` (zero-copy for a device array; a copy of host memory)."""
-    if _PtxMode.ccs is not None:
-        return np.array(x)  # compile only: a writable host array of the same type
     if _is_device(x):
         return cuda.as_cuda_array(x)
     x = np.ascontiguousarray(x)
@@ -177,8 +213,6 @@ def to_device(x):
 
 
 def _zeros(shape, dtype):
-    if _PtxMode.ccs is not None:
-        return np.zeros(shape, dtype)
     if SIMULATOR:  # a fill kernel would run one Python thread per element
         return cuda.to_device(np.zeros(shape, dtype))
     out = cuda.device_array(shape, dtype=dtype)
@@ -188,8 +222,7 @@ def _zeros(shape, dtype):
 
 
 def _empty(shape, dtype):
-    return np.empty(shape, dtype) if _PtxMode.ccs is not None else cuda.device_array(
-        shape, dtype=dtype)
+    return cuda.device_array(shape, dtype=dtype)
 
 
 @cuda.jit
@@ -201,29 +234,6 @@ def _fill_zero(x):
 
 def to_host(x) -> np.ndarray:
     return x if isinstance(x, np.ndarray) else x.copy_to_host()
-
-
-def column_buffers(series):
-    """``(offsets, chars)`` device arrays of a cuDF string Series, zero-copy: the offsets child
-    (int32, or int64 for large strings) and the character data, honouring the column's offset
-    (cuDF 26.10: ``Series.to_pylibcudf() -> (pylibcudf.Column, metadata)``).
-
-    The buffers are first marked exposed (``access(scope="external")``): with cuDF spilling on,
-    a buffer could otherwise be on the host, or be moved there while a kernel reads it. An empty
-    column may have no offsets child at all (libcudf), so it gets a one-entry offsets array."""
-    with series._column.access(mode="read", scope="external"):
-        col, _ = series.to_pylibcudf()
-    if col.size() == 0 or col.num_children() == 0:
-        return cuda.to_device(np.zeros(1, np.int32)), cuda.device_array(1, np.uint8)
-    child = col.child(0)
-    wide = child.type().id().name == "INT64"
-    start = child.offset() + col.offset()
-    offsets = cuda.as_cuda_array(child.data()).view(np.int64 if wide else np.int32)
-    offsets = offsets[start: start + col.size() + 1]
-    data = col.data()
-    chars = cuda.as_cuda_array(data).view(np.uint8) if data is not None and data.nbytes else \
-        cuda.device_array(1, np.uint8)
-    return offsets, chars
 
 
 def _chunks(offsets: np.ndarray, chunk_bytes: int) -> Iterator[tuple[int, int]]:
@@ -256,28 +266,28 @@ def _host_offsets(offsets) -> np.ndarray:
 
 # --------------------------------------------------------------------------- kernels
 
-@cuda.jit
+@kernel((OFF, U8, I64))
 def _count_chars_kernel(offsets, data, out):
     d = cuda.grid(1)
     if d < out.shape[0]:
         out[d] = utf8.count_chars_doc(data, offsets[d], offsets[d + 1])
 
 
-@cuda.jit
+@kernel((OFF, U8, I64))
 def _count_words_kernel(offsets, data, out):
     d = cuda.grid(1)
     if d < out.shape[0]:
         out[d] = utf8.count_words_doc(data, offsets[d], offsets[d + 1])
 
 
-@cuda.jit
+@kernel((OFF, U8, B1, B1))
 def _needs_normalization_kernel(offsets, data, table, out):
     d = cuda.grid(1)
     if d < out.shape[0]:
         out[d] = normalize.needs_normalization_doc(data, offsets[d], offsets[d + 1], table)
 
 
-@cuda.jit
+@kernel((OFF, U8, U16, b1, I64, I32, I64, I64, I64, I64, I64))
 def _count_tokens_kernel(offsets, data, T, nonsymbol_only, reg, cp, ts, te, ss, se, out):
     d = cuda.grid(1)
     if d < out.shape[0]:
@@ -287,7 +297,7 @@ def _count_tokens_kernel(offsets, data, T, nonsymbol_only, reg, cp, ts, te, ss, 
                                         cp[r0:r1], ts[r0:r1], te[r0:r1], ss[r0:r1], se[r0:r1])
 
 
-@cuda.jit
+@kernel((OFF, U8, U16, I32, I64, I64, I32, I64, I64, I64, I64, B2, I64_2))
 def _gopher_quality_kernel(offsets, data, T, stop_cp, stop_off, reg, cp, ts, te, ss, se, seen,
                            out):
     d = cuda.grid(1)
@@ -299,7 +309,8 @@ def _gopher_quality_kernel(offsets, data, T, stop_cp, stop_off, reg, cp, ts, te,
                                    seen[d], out[d])
 
 
-@cuda.jit
+@kernel((OFF, U8, U16, U8, b1, i64, I64, I64, I32, I64, I64, I64, I64, U64, I64,
+         U64, I64, I64_2))
 def _fineweb_kernel(offsets, data, T, stop_table, use_table, short_len, reg, treg, cp, ts, te,
                     ss, se, seg_h, seg_l, keys, used, out):
     d = cuda.grid(1)
@@ -313,7 +324,8 @@ def _fineweb_kernel(offsets, data, T, stop_table, use_table, short_len, reg, tre
                             seg_h[r0:r1], seg_l[r0:r1], keys[t0:t1], used[t0:t1], out[d])
 
 
-@cuda.jit
+@kernel((OFF, U8, U16, I64, I64, U64, I64, I64, I32, I64, I64, I64, I64, U64, I64,
+         U64, U64, U64, I64, U64, I64, I64, I64, I64_2, I64_2, I64_2))
 def _gopher_repetition_kernel(offsets, data, T, top_ns, dup_ns, power, reg, treg, cp, ts, te,
                               ss, se, seg_h, seg_l, cprefix, tprefix, prefix, wstart, keys, cnt,
                               used, slot, base, top, dup):
@@ -330,7 +342,8 @@ def _gopher_repetition_kernel(offsets, data, T, top_ns, dup_ns, power, reg, treg
             slot[r0:r1], base[d], top[d], dup[d])
 
 
-@cuda.jit
+@kernel((OFF, U8, U16, i64, b1, b1, i64, b1, b1, b1, b1, I32, I64, i64, I64, I32, I64, I64,
+         I64, I64, I32, U8, i64, U8, I64, I64_2))
 def _c4_kernel(offsets, data, T, max_word_length, remove_citations, terminal_punct, min_words,
                lorem, javascript, curly, policy, policy_cp, policy_off, min_sentences, reg, cp,
                ts, te, ss, se, buf, out, base, codes, ends, counts):
@@ -347,21 +360,21 @@ def _c4_kernel(offsets, data, T, max_word_length, remove_citations, terminal_pun
         ends[d] = end
 
 
-@cuda.jit
+@kernel((OFF, U8, u64, U64))
 def _xxh64_kernel(offsets, data, seed, out):
     d = cuda.grid(1)
     if d < out.shape[0]:
         out[d] = hashing.xxh64(data, offsets[d], offsets[d + 1], seed)
 
 
-@cuda.jit
+@kernel((OFF, U8, i64, u32, U32, U32, U32_2, b1), (OFF, U8, i64, u64, U64, U64, U64_2, b1))
 def _minhash_kernel(offsets, data, width, seed, a, b, out, bits64):
     d = cuda.grid(1)
     if d < out.shape[0]:
         hashing.minhash_doc(data, offsets[d], offsets[d + 1], width, seed, a, b, out[d], bits64)
 
 
-@cuda.jit
+@kernel((OFF, OFF, U8, i64, u64, U64, U64, I64, U8, U64_2, b1))
 def _minhash_ngrams_kernel(list_offsets, offsets, data, ngrams, seed, a, b, reg, buf, out,
                            bits64):
     r = cuda.grid(1)
@@ -370,7 +383,8 @@ def _minhash_ngrams_kernel(list_offsets, offsets, data, ngrams, seed, a, b, reg,
                                    bits64, buf[reg[r]:reg[r + 1]])
 
 
-@cuda.jit
+@kernel((OFF, U8, I32, U64, U64, U64, i64, I64, U64, U64, I64, I64_2, I64_3, U64_2,
+         I64, U64, I64))
 def _contamination_kernel(offsets, data, fold, keys, masks, bloom, shift, lengths, bpow, ring_p,
                           ring_s, set_hits, regions, region_masks, hits, hit_sets, nreg):
     d = cuda.grid(1)
@@ -382,7 +396,7 @@ def _contamination_kernel(offsets, data, fold, keys, masks, bloom, shift, length
             region_masks[d])
 
 
-@cuda.jit
+@kernel((OFF, U8, U32, I64, I32, F32_2, F32, F32, I64, I32, I32, I64, F32_2))
 def _langid_kernel(offsets, data, nextmove, rowbase, out_feat, ptc, prior, log1p, treg, keys,
                    cnt, touched, scores):
     d = cuda.grid(1)
@@ -414,7 +428,7 @@ def count_words(offsets, data) -> np.ndarray:
     return _one_per_doc(_count_words_kernel, np.int64, offsets, data)
 
 
-@cuda.jit
+@kernel((OFF, U8, U8, I64, I64))
 def _count_substrings_kernel(offsets, data, pat, pat_off, out):
     d = cuda.grid(1)
     if d < out.shape[0]:
@@ -428,7 +442,7 @@ def count_substrings(offsets, data, patterns) -> np.ndarray:
                         to_device(pat_off))
 
 
-@cuda.jit
+@kernel((OFF, U8, U8, I64, B1))
 def _pii_kernel(offsets, data, lit, lit_off, out):
     d = cuda.grid(1)
     if d < out.shape[0]:
@@ -441,7 +455,7 @@ def pii_candidates(offsets, data) -> np.ndarray:
     return _one_per_doc(_pii_kernel, np.bool_, offsets, data, to_device(lit), to_device(lit_off))
 
 
-@cuda.jit
+@kernel((OFF, U8, B1, B1))
 def _langid_prepare_kernel(offsets, data, table, out):
     d = cuda.grid(1)
     if d < out.shape[0]:
@@ -584,7 +598,7 @@ def _compact(out, total: int, starts: np.ndarray, lens: np.ndarray):
     return text, new_off
 
 
-@cuda.jit
+@kernel((OFF, U8, B1, b1, b1, b1, b1, b1, i64, b1, U8, i64, I64, B1))
 def _clean_kernel(offsets, data, pre_only, newlines, remove_control, unicode_spaces, collapse,
                   lines, max_blank, strip, out, base, ends, changed):
     d = cuda.grid(1)
@@ -648,7 +662,7 @@ def contamination_scan(offsets, data, keys, masks, bloom, lengths, nsets: int,
         return contamination.contamination_scan(np.zeros(n + 1, np.int64), np.zeros(0, np.uint8),
                                                 keys, masks, bloom, lengths, nsets, max_regions)
     r = int(lengths.max()) + 1
-    fold = contamination.fold_table() if _PtxMode.ccs is not None else _fold_on_device()
+    fold = _fold_on_device()
     outs = (_zeros((n, nsets), np.int64), _zeros((n, max_regions, 2), np.int64),
             _zeros((n, max_regions), np.uint64), _zeros(n, np.int64), _zeros(n, np.uint64),
             _zeros(n, np.int64))

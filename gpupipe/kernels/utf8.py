@@ -36,7 +36,7 @@ def utf8_buffers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarra
 
 def scatter_buffers(n: int, rows, strings) -> tuple[np.ndarray, np.ndarray]:
     """``(offsets, data)`` of ``n`` strings: ``strings[k]`` at position ``rows[k]`` (increasing),
-    empty elsewhere. With `gpupipe.seam.string_column`'s ``keep`` it writes a few rewritten
+    empty elsewhere. With `gpupipe.backends.dispatch.string_column`'s ``keep`` it writes a few rewritten
     rows back into a column without touching the others."""
     off, data = utf8_buffers(strings)
     lens = np.zeros(n, np.int64)

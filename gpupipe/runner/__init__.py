@@ -1,6 +1,3 @@
-"""Execution: planning segments, running them on Dask, checkpoints, stats."""
-
-from gpupipe.runner.execute import RunResult, execute
-from gpupipe.runner.plan import Segment, plan
-
-__all__ = ["RunResult", "Segment", "execute", "plan"]
+"""Execution on a Dask cluster: `plan` (segments), `run` (the whole run), `segments` and
+`steps` (checkpointed tasks), `resume` (fingerprints), `sharding` (the shards phase), `cluster`
+(the backend and the cluster), `walk` (row stages on one frame), `stats` (run.json)."""

@@ -16,12 +16,12 @@ def profile(df) -> dict:
     partitions; pandas or cuDF)."""
     import numpy as np
 
-    from gpupipe import seam
+    from gpupipe.backends import dispatch
     from gpupipe.frame import TEXT
 
     out: dict = {"length_hist": dict.fromkeys(LENGTH_LABELS, 0)}
     if len(df):
-        chars = seam.kernels_for(df).count_chars(*seam.text_buffers(df[TEXT]))
+        chars = dispatch.kernels_for(df).count_chars(*dispatch.text_buffers(df[TEXT]))
         chars = chars.get() if hasattr(chars, "get") else np.asarray(chars)
         bins = np.searchsorted(np.asarray(LENGTH_EDGES[1:]), chars, side="right")
         for k, n in enumerate(np.bincount(bins, minlength=len(LENGTH_LABELS))):

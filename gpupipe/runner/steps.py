@@ -9,7 +9,7 @@ import time
 
 import pyarrow as pa
 
-from gpupipe import seam
+from gpupipe.backends import dispatch
 from gpupipe.faults import failpoint
 from gpupipe.frame import TEXT
 from gpupipe.io.writer import write_json, write_npy, write_parquet
@@ -37,7 +37,7 @@ def _write_outputs(step, ctx: StepContext, i: int, out: Output) -> None:
     table = out.table
     if table is not None and not step.output:
         if not isinstance(table, pa.Table):
-            table = seam.arrow_table(table)
+            table = dispatch.arrow_table(table)
         if step.shuffle_on:
             write_buckets(table, bucket_of(table, step.shuffle_on, ctx.buckets), ctx.buckets,
                           os.path.join(d, part_name(i) + ".arrow"))
@@ -66,12 +66,12 @@ def run_task(i: int, *, step, ctx: StepContext, out_dir: str | None = None,
     report = {"partition": i, "counters": out.counters, "drops": out.drops}
     if step.output:
         frame = out.table.reset_index(drop=True)
-        report.update(docs_out=len(frame), bytes_out=seam.byte_size(frame[TEXT]),
+        report.update(docs_out=len(frame), bytes_out=dispatch.byte_size(frame[TEXT]),
                       profile=profile(frame))
         by_source = source_counts(frame)
         if by_source is not None:
             report["by_source"] = by_source
-        write_parquet(seam.arrow_table(frame), os.path.join(out_dir, part_name(i) + ".parquet"))
+        write_parquet(dispatch.arrow_table(frame), os.path.join(out_dir, part_name(i) + ".parquet"))
         report["seconds"] = time.perf_counter() - t0
         write_json(report, os.path.join(stats_dir, part_name(i) + ".json"))
         _touch(marker_path(out_dir, i))
@@ -111,7 +111,7 @@ def run_steps(client, stage, ctx: StepContext, *, out_dir: str, stats_dir: str, 
               label: str, key: str) -> tuple[list[dict], dict]:
     """Run ``stage``'s steps. Returns (the output step's per-partition reports, stage info:
     counters, drops and one entry per step)."""
-    from gpupipe.runner.execute import _wait
+    from gpupipe.runner.cluster import gather
 
     steps = list(stage.steps(ctx))
     if not steps or not isinstance(steps[-1], Map) or not steps[-1].output:
@@ -150,7 +150,7 @@ def run_steps(client, stage, ctx: StepContext, *, out_dir: str, stats_dir: str, 
             futures = client.map(run_task, todo, step=step, ctx=ctx, out_dir=out_dir,
                                  stats_dir=stats_dir, pure=False,
                                  key=[f"gpupipe-{key}-{step.name}-{i}" for i in todo])
-            step_reports = old + _wait(futures, bar, f"{label}/{step.name}")
+            step_reports = old + gather(futures, bar, f"{label}/{step.name}")
             computed = len(todo)
         step_counters: dict = {}
         for r in step_reports:

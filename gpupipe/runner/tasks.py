@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import time
 
-from gpupipe import seam
-from gpupipe.errors import GpupipeError, StageError
+from gpupipe.backends import dispatch
 from gpupipe.faults import failpoint
-from gpupipe.frame import ID, TEXT
+from gpupipe.frame import TEXT
 from gpupipe.io.writer import write_json, write_parquet
 from gpupipe.runner.stats import profile
 
@@ -24,49 +23,37 @@ def marker_path(directory: str, i: int) -> str:
 def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = None,
                backend: str = "pandas", on_error: str = "fail",
                error_files: dict[int, str] | None = None):
-    """Apply row-local stages in order; per-stage stats. Errors name the stage and partition.
+    """Apply row-local stages in order (`gpupipe.runner.walk`); per-stage stats. Errors name
+    the stage and partition.
 
     ``rejected_files``: stage position -> Parquet file for the rows that stage drops (filters
-    with ``keep_rejected``). ``backend``: the run's backend; before each stage the partition is
-    moved to the backend that stage runs on (a no-op when it is there already), and the stage's
-    ``device_seconds`` are its seconds when it ran on the GPU."""
-    from gpupipe.backend import to_backend
+    with ``keep_rejected``); ``error_files``: the same for the documents a stage fails on under
+    ``on_error: skip``. ``backend``: the run's backend; before each stage the partition is
+    moved to the backend that stage runs on (a no-op when it is there already)."""
+    from gpupipe.runner.walk import walk
     from gpupipe.stages.sources import ForSource
 
     stats = []
-    nbytes = seam.byte_size(df[TEXT])
+    nbytes = dispatch.byte_size(df[TEXT])
     per_source = source_counts(df)
-    for pos, st in stages:
-        t0 = time.perf_counter()
-        docs_in, bytes_in = len(df), nbytes
-        on = st.runs_on(backend)
-        try:
-            df = to_backend(df, on)
-            result = st.process(df)
-        except GpupipeError:
-            raise
-        except Exception as e:
-            if on_error != "skip" or len(df) == 0:
-                raise StageError(
-                    f"stage {st.stage_name!r} (stages[{pos}]) failed on {where}: "
-                    f"{type(e).__name__}: {e}") from e
-            result, failed = isolate_failures(st, df)
-            if error_files and pos in error_files:
-                write_parquet(seam.arrow_table(failed), error_files[pos])
-        if result.rejected is not None and rejected_files and pos in rejected_files:
-            write_parquet(seam.arrow_table(result.rejected), rejected_files[pos])
-        df = result.frame
-        nbytes = seam.byte_size(df[TEXT])
-        seconds = time.perf_counter() - t0
+    for v in walk(stages, df, backend=backend, on_error=on_error, where=where):
+        st, result = v.stage, v.result
+        if v.failed is not None and error_files and v.position in error_files:
+            write_parquet(dispatch.arrow_table(v.failed), error_files[v.position])
+        if result.rejected is not None and rejected_files and v.position in rejected_files:
+            write_parquet(dispatch.arrow_table(result.rejected), rejected_files[v.position])
+        docs_in, bytes_in = len(v.frame_in), nbytes
+        df = v.frame_out
+        nbytes = dispatch.byte_size(df[TEXT])
         if isinstance(st, ForSource) and per_source is not None and \
                 st.source not in per_source:   # a source's own stage, another source's documents
-            stats.append({"position": pos, "stage": st.stage_name, "docs_in": 0, "docs_out": 0,
-                          "bytes_in": 0, "bytes_out": 0, "drops": {}, "counters": {},
-                          "seconds": seconds, "backend": on, "device_seconds": 0.0,
-                          "by_source": {}})
+            stats.append({"position": v.position, "stage": st.stage_name, "docs_in": 0,
+                          "docs_out": 0, "bytes_in": 0, "bytes_out": 0, "drops": {},
+                          "counters": {}, "seconds": v.seconds, "backend": v.backend,
+                          "device_seconds": 0.0, "by_source": {}})
             continue
         stats.append({
-            "position": pos,
+            "position": v.position,
             "stage": st.stage_name,
             "docs_in": docs_in,
             "docs_out": len(df),
@@ -74,9 +61,9 @@ def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = N
             "bytes_out": nbytes,
             "drops": dict(result.drops),
             "counters": dict(result.counters),
-            "seconds": seconds,
-            "backend": on,
-            "device_seconds": seconds if on != "pandas" else 0.0,
+            "seconds": v.seconds,
+            "backend": v.backend,
+            "device_seconds": v.seconds if v.backend != "pandas" else 0.0,
         })
         if per_source is not None:
             out = source_counts(df)
@@ -86,59 +73,11 @@ def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = N
     return df, stats
 
 
-def isolate_failures(st, df):
-    """``st`` on ``df`` when it fails on some documents: the partition is halved until the
-    documents it fails on are alone; those are set aside (reason ``stage_error`` and the
-    exception), the stage's results on the rest are joined in order. Row-local stages give
-    the same result on parts as on the whole, so nothing else changes."""
-    import numpy as np
-    import pandas as pd
-
-    from gpupipe.stages.base import StageResult
-
-    parts: list = []
-    failed: list = []
-
-    def run(lo: int, hi: int) -> None:
-        part = df.iloc[lo:hi].reset_index(drop=True)   # stages expect rows numbered from 0
-        try:
-            parts.append(st.process(part))
-        except GpupipeError:
-            raise
-        except Exception as e:
-            if hi - lo == 1:
-                host = seam.to_host(part)[[ID, TEXT]]
-                failed.append(host.assign(reason="stage_error",
-                                          error=f"{type(e).__name__}: {e}"[:2000]))
-                return
-            mid = (lo + hi) // 2
-            run(lo, mid)
-            run(mid, hi)
-
-    run(0, len(df))
-    frames = [r.frame for r in parts]
-    if frames:
-        frame = seam.like(df, pd.concat([seam.to_host(f) for f in frames], ignore_index=True))
-    else:
-        frame = seam.filter_rows(df, np.zeros(len(df), dtype=bool))
-    drops: dict = {"stage_error": len(failed)}
-    counters: dict = {}
-    rejected = [r.rejected for r in parts if r.rejected is not None]
-    for r in parts:
-        for k, v in r.drops.items():
-            drops[k] = drops.get(k, 0) + v
-        for k, v in r.counters.items():
-            counters[k] = counters.get(k, 0) + v
-    rej = pd.concat([seam.to_host(r) for r in rejected], ignore_index=True) if rejected else None
-    return (StageResult(frame, drops, counters, rej),
-            pd.concat(failed, ignore_index=True))
-
-
 def source_counts(df) -> dict[str, int] | None:
     """Documents per source (the ``source`` column of named inputs), or None without one."""
     if "source" not in df.columns:
         return None
-    names = seam.to_host(df[["source"]])["source"]
+    names = dispatch.to_host(df[["source"]])["source"]
     return {str(k): int(v) for k, v in names.value_counts().items()}
 
 
@@ -150,7 +89,7 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
     On the cuDF backend the partition is read into GPU memory when the first stage runs there
     (on the host otherwise), and written from whichever side the last stage left it on: both
     write the same canonical Arrow table, so the Parquet bytes do not depend on the backend."""
-    from gpupipe.backend import read_partition
+    from gpupipe.io.source import read_partition
 
     t0 = time.perf_counter()
     where = f"partition {i} ({source.describe(i)})"
@@ -173,9 +112,9 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
               for pos, d in (error_dirs or {}).items()}
     df, report["stages"] = run_stages(result.frame, stages, where, files, backend, policy,
                                       errors)
-    write_parquet(seam.arrow_table(df), os.path.join(out_dir, part_name(i) + ".parquet"))
+    write_parquet(dispatch.arrow_table(df), os.path.join(out_dir, part_name(i) + ".parquet"))
     report["docs_out"] = len(df)
-    report["bytes_out"] = seam.byte_size(df[TEXT])
+    report["bytes_out"] = dispatch.byte_size(df[TEXT])
     report["profile"] = profile(df)
     report["seconds"] = time.perf_counter() - t0
     write_json(report, os.path.join(stats_dir, part_name(i) + ".json"))
@@ -185,26 +124,13 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
 
 
 def write_global_partition(df, i: int, *, out_dir: str, stats_dir: str) -> dict:
-    report = {"partition": i, "docs_out": len(df), "bytes_out": seam.byte_size(df[TEXT]),
+    report = {"partition": i, "docs_out": len(df), "bytes_out": dispatch.byte_size(df[TEXT]),
               "profile": profile(df)}
-    write_parquet(seam.arrow_table(df.reset_index(drop=True)),
+    write_parquet(dispatch.arrow_table(df.reset_index(drop=True)),
                   os.path.join(out_dir, part_name(i) + ".parquet"))
     write_json(report, os.path.join(stats_dir, part_name(i) + ".json"))
     _touch(marker_path(out_dir, i))
     return report
-
-
-class FrameReader:
-    """Picklable callable for `dask.dataframe.from_map`: partition index -> dataframe (pandas,
-    or cuDF with ``backend="cudf"``)."""
-
-    def __init__(self, source, backend: str = "pandas"):
-        self.source, self.backend = source, backend
-
-    def __call__(self, i: int):
-        from gpupipe.backend import read_partition
-
-        return read_partition(self.source, i, self.backend).frame
 
 
 def _touch(path: str) -> None:

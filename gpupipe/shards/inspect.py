@@ -69,7 +69,7 @@ def verify(shards_dir: str, *, hashes: bool = True) -> tuple[dict, list[str]]:
 def decode_document(shards_dir: str, prefix: str, k: int, tokenizer: str | None = None) -> tuple[
         list[int], str]:
     """Token ids and text of document ``k`` of shard ``prefix`` (e.g. ``train/train-00000``)."""
-    from gpupipe.shards.tokenizer import load_tokenizer
+    from gpupipe.io.tokenizer import load_tokenizer
 
     shards_dir = resolve_dir(shards_dir)
     manifest = read_manifest(shards_dir)
@@ -77,7 +77,7 @@ def decode_document(shards_dir: str, prefix: str, k: int, tokenizer: str | None 
         raise InputError("decoding is implemented for Megatron shards")
     known = [s["prefix"] for s in manifest["shards"]]
     if prefix not in known:
-        from gpupipe.registry import did_you_mean
+        from gpupipe.errors import did_you_mean
 
         raise InputError(f"no shard {prefix!r} in {shards_dir}{did_you_mean(prefix, known)} "
                          f"(shards: {', '.join(known[:6])}{' ...' if len(known) > 6 else ''})")

@@ -22,8 +22,9 @@ import pandas as pd
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from gpupipe import seam
-from gpupipe.registry import register
+from gpupipe import views
+from gpupipe.backends import dispatch
+from gpupipe.stages.registry import register
 
 STAGE_CONFIG = ConfigDict(extra="forbid", validate_default=True)
 
@@ -52,7 +53,7 @@ def stage(name: str):
 
 
 def _backends_of(name: str, kernels: tuple[str, ...]) -> tuple[str, ...]:
-    """A stage that computes only with kernel launchers and `gpupipe.seam` operations runs on
+    """A stage that computes only with kernel launchers and `gpupipe.backends.dispatch` operations runs on
     every backend its kernels run on (each launcher exists for the CPU and the GPU)."""
     from gpupipe.kernels import cpu
 
@@ -97,10 +98,13 @@ class Stage:
     #: dataframe backends the stage runs on natively (derived from `kernels` by `stage`)
     backends: ClassVar[tuple[str, ...]] = ("pandas",)
     #: the kernel launchers it computes with (`gpupipe.kernels.cpu` names); set only when the
-    #: stage touches its partition through them and `gpupipe.seam` alone
+    #: stage touches its partition through them and `gpupipe.backends.dispatch` alone
     kernels: ClassVar[tuple[str, ...]] = ()
     #: steps that stay on the host even when the stage runs on cuDF (shown by ``explain``)
     host_steps: ClassVar[str] = ""
+    #: the stage ends the run (NeMo Curator's "sink stage"): it must be the last stage, at most
+    #: one per pipeline, and the runner writes the training shards from its output (tokenize)
+    is_sink: ClassVar[bool] = False
 
     def runs_on(self, backend: str) -> str:
         """The backend this stage runs on in a run on ``backend``: that one where the stage has
@@ -127,9 +131,7 @@ class Stage:
         return f"{self.stage_name}({', '.join(changed)})"
 
     def _repr_html_(self) -> str:
-        from gpupipe.notebook import stage_html
-
-        return stage_html(self)
+        return views.html(self)
 
     @classmethod
     def summary(cls) -> str:
@@ -224,7 +226,7 @@ class Filter(FilterOptions, RowStage):
 
     def reason_labels(self, codes: np.ndarray, like) -> pd.Series:
         """Reason names for codes (null for 0), a string column of ``like``'s backend."""
-        return seam.label_column(like, codes, self.reasons)
+        return dispatch.label_column(like, codes, self.reasons)
 
     def process(self, df: pd.DataFrame) -> StageResult:
         codes, df, counters = self.evaluate(df)
@@ -242,9 +244,9 @@ class Filter(FilterOptions, RowStage):
         drop = codes != 0
         rejected = None
         if self.keep_rejected:
-            rejected = seam.filter_rows(df, drop)
+            rejected = dispatch.filter_rows(df, drop)
             rejected = rejected.assign(reason=self.reason_labels(codes[drop], rejected))
-        return StageResult(seam.filter_rows(df, ~drop), flagged, counters, rejected)
+        return StageResult(dispatch.filter_rows(df, ~drop), flagged, counters, rejected)
 
 
 def first_failure(checks: list[np.ndarray | None], n: int) -> np.ndarray:
@@ -282,13 +284,13 @@ class GlobalContext:
 
     def read(self, i: int):
         """Partition ``i`` of the stage's input as a frame of `backend`."""
-        from gpupipe.backend import read_partition
+        from gpupipe.io.source import read_partition
 
         return read_partition(self.source, i, self.backend).frame
 
     def meta(self):
         """An empty frame of the stage's input on `backend` (Dask ``meta``)."""
-        from gpupipe.backend import meta_on
+        from gpupipe.backends import meta_on
 
         return meta_on(self.source.meta(), self.backend)
 

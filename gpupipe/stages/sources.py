@@ -67,11 +67,11 @@ class ForSource(RowStage):
         return self.inner.prepare()
 
     def process(self, df) -> StageResult:
-        from gpupipe import seam
+        from gpupipe.backends import dispatch
 
         if len(df) == 0:
             return self.inner.process(df)
-        names = seam.to_host(df[[SOURCE]])[SOURCE]
+        names = dispatch.to_host(df[[SOURCE]])[SOURCE]
         first = names.iloc[0]
         if (names != first).any():
             raise ValueError(f"a partition mixes sources ({', '.join(sorted(set(names)))}); a "
@@ -84,10 +84,10 @@ class ForSource(RowStage):
 
                 from gpupipe.frame import STRING
 
-                host = seam.to_host(df)
+                host = dispatch.to_host(df)
                 for c, t in extra.items():
                     host[c] = (pd.Series([None] * len(host), dtype=STRING, index=host.index)
                                if t == "string" else np.full(len(host), np.nan, dtype=t))
-                return StageResult(seam.like(df, host))
+                return StageResult(dispatch.like(df, host))
             return StageResult(df)
         return self.inner.process(df)

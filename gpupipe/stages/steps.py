@@ -126,12 +126,12 @@ class StepContext:
 
     def read(self, i: int):
         """Partition ``i`` of the stage's input as a frame of `backend`."""
-        from gpupipe.backend import read_partition
+        from gpupipe.io.source import read_partition
 
         return read_partition(self.source, i, self.backend).frame
 
     def meta(self):
-        from gpupipe.backend import meta_on
+        from gpupipe.backends import meta_on
 
         return meta_on(self.source.meta(), self.backend)
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpupipe.errors import InputError
-from gpupipe.runner.execute import make_source
+from gpupipe.runner.sources import make_source
 from gpupipe.spec import InputSpec
 
 NORMAL = b"".join(json.dumps({"id": f"n{i}", "text": f"normal document {i}"}).encode() + b"\n"
@@ -170,7 +170,7 @@ def test_many_small_things_lose_nothing(tmp_path):
 BIG = textwrap.dedent("""\
     import gzip, json, resource, sys
     sys.path.insert(0, {repo!r})
-    from gpupipe.runner.execute import make_source
+    from gpupipe.runner.sources import make_source
     from gpupipe.spec import InputSpec
     path, n = sys.argv[1], int(sys.argv[2])
     src = make_source(InputSpec(path=path, blocksize=sys.argv[3] if len(sys.argv) > 3 else None))

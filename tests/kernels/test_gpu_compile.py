@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from gpupipe.cli import main
@@ -30,17 +31,45 @@ def test_every_kernel_compiles_for_sm80_and_sm90(capsys):
 
 def test_langid_ptx_has_no_fused_multiply_add():
     """The scores stay bit-identical to the CPU's only if no product is fused with its add."""
-    from gpupipe.kernels import gpu
-    from gpupipe.kernels.checks import synthetic_sample
-    from gpupipe.kernels.gpu import _langid_kernel, _ptx_mode
+    from gpupipe.kernels.gpu import _langid_kernel, kernel_ptx
 
-    with _ptx_mode([(9, 0)]) as results:
-        s = synthetic_sample()
-        gpu.langid_scores(s.langid_offsets, s.langid_data)
-    ((name, ptx),) = results
-    assert name == _langid_kernel.py_func.__name__
-    assert "fma.rn.f32" not in ptx and "mul.f32" not in ptx  # only mul.rn.f32, never fused
-    assert "mul.rn.f32" in ptx
+    ptxs = kernel_ptx(_langid_kernel, "sm_90")
+    assert len(ptxs) == 2   # int64 offsets (host Arrow arrays) and int32 (cuDF columns)
+    for ptx in ptxs:
+        assert "fma.rn.f32" not in ptx and "mul.f32" not in ptx  # only mul.rn.f32, never fused
+        assert "mul.rn.f32" in ptx
+
+
+def test_the_declared_types_are_those_the_launchers_pass():
+    """`compile_ptx` compiles the argument types declared beside each kernel; a launcher that
+    passed other types would run a specialization CI never compiled. Every launch of every
+    check on the synthetic sample is recorded and must match a declared variant."""
+    from numba import typeof
+
+    from gpupipe.kernels import gpu
+    from gpupipe.kernels.checks import CHECKS, synthetic_sample
+
+    declared = {k.py_func.__name__: {s for sig in sigs for s in gpu._expand(sig)}
+                for k, sigs in gpu.KERNELS}
+    seen: dict[str, set] = {}
+
+    def record(kernel, n, *args):   # types only: nothing is launched
+        seen.setdefault(kernel.py_func.__name__, set()).add(tuple(typeof(a) for a in args))
+
+    sample = synthetic_sample()
+    real = gpu._launch, gpu.to_device, gpu._zeros, gpu._empty, gpu._fold_on_device
+    try:
+        gpu._launch = record
+        gpu.to_device = lambda x: np.array(x)   # a device copy is writable and contiguous
+        gpu._zeros, gpu._empty = np.zeros, np.empty
+        gpu._fold_on_device = lambda: gpu.contamination.fold_table()
+        for check in CHECKS:
+            check.gpu(sample)
+    finally:
+        gpu._launch, gpu.to_device, gpu._zeros, gpu._empty, gpu._fold_on_device = real
+    assert set(seen) == set(declared) == KERNELS
+    for name, sigs in seen.items():
+        assert sigs <= declared[name], (name, sigs - declared[name])
 
 
 def test_bad_architecture_is_a_spec_error(capsys):

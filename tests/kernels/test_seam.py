@@ -1,4 +1,4 @@
-"""The backend seam: stages reach their partition only through `gpupipe.seam`, whose pandas half
+"""The backend seam: stages reach their partition only through `gpupipe.backends.dispatch`, whose pandas half
 is tested here on real text and whose cuDF half is checked against the installed cuDF package
 (imports without a GPU) and, on a GPU machine, by the `gpu` tests."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpupipe import seam
+from gpupipe.backends import dispatch
 from gpupipe.frame import STRING
 from gpupipe.kernels import cpu
 from gpupipe.stages.filters.quality import C4Quality, GopherQuality
@@ -25,20 +25,20 @@ def _frame(texts):
 def test_pandas_half_on_real_text(sample_records):
     texts = [r["text"] for r in sample_records[:50]]
     df = _frame(texts)
-    offsets, data = seam.text_buffers(df["text"])
+    offsets, data = dispatch.text_buffers(df["text"])
     assert offsets.dtype == np.int64 and len(offsets) == 51
     assert data[offsets[7]: offsets[8]].tobytes().decode() == texts[7]
-    assert seam.kernels_for(df) is cpu
-    same = seam.string_column(df["text"], offsets, data)
+    assert dispatch.kernels_for(df) is cpu
+    same = dispatch.string_column(df["text"], offsets, data)
     assert same.tolist() == texts and str(same.dtype) == str(STRING)
     keep = np.arange(50) % 2 == 0
     empty = np.zeros(51, np.int64)
-    mixed = seam.string_column(df["text"], empty, np.zeros(0, np.uint8), keep=keep)
+    mixed = dispatch.string_column(df["text"], empty, np.zeros(0, np.uint8), keep=keep)
     assert mixed.tolist() == ["" if k else t for k, t in zip(keep, texts)]
-    labels = seam.label_column(df, np.array([0, 2, 1] + [0] * 47, np.uint8), ("a", "b"))
+    labels = dispatch.label_column(df, np.array([0, 2, 1] + [0] * 47, np.uint8), ("a", "b"))
     assert labels.isna().tolist()[:4] == [True, False, False, True]
     assert labels.tolist()[1:3] == ["b", "a"] and int(labels.isna().sum()) == 48
-    kept = seam.filter_rows(df, keep)
+    kept = dispatch.filter_rows(df, keep)
     assert kept["text"].tolist() == texts[::2] and kept.index.tolist() == list(range(25))
 
 
@@ -72,13 +72,13 @@ def test_cudf_half_registers_against_the_installed_cudf():
 
     from gpupipe.kernels import gpu
 
-    assert seam.kernels_for.dispatch(cudf.DataFrame)(None) is gpu
-    for op, cls in ((seam.text_buffers, cudf.Series), (seam.string_column, cudf.Series),
-                    (seam.label_column, cudf.DataFrame), (seam.filter_rows, cudf.DataFrame),
-                    (seam.arrow_table, cudf.DataFrame), (seam.byte_size, cudf.Series),
-                    (seam.to_host, cudf.DataFrame), (seam.like, cudf.DataFrame),
-                    (seam.take_text, cudf.Series)):
-        assert op.dispatch(cls).__module__ == "gpupipe.backend"
+    assert dispatch.kernels_for.dispatch(cudf.DataFrame)(None) is gpu
+    for op, cls in ((dispatch.text_buffers, cudf.Series), (dispatch.string_column, cudf.Series),
+                    (dispatch.label_column, cudf.DataFrame), (dispatch.filter_rows, cudf.DataFrame),
+                    (dispatch.arrow_table, cudf.DataFrame), (dispatch.byte_size, cudf.Series),
+                    (dispatch.to_host, cudf.DataFrame), (dispatch.like, cudf.DataFrame),
+                    (dispatch.take_text, cudf.Series)):
+        assert op.dispatch(cls).__module__ == "gpupipe.backends.cudf"
     assert "mode" not in inspect.signature(cudf.Series.to_pylibcudf).parameters
 
 
@@ -91,15 +91,15 @@ def test_partitions_leave_as_one_canonical_arrow_table(sample_records):
 
     texts = [r["text"] for r in sample_records[:20]]
     df = _frame(texts).assign(score=np.arange(20, dtype=np.float32))
-    table = seam.arrow_table(df)
+    table = dispatch.arrow_table(df)
     assert table.schema == pa.schema([("id", pa.large_string()), ("text", pa.large_string()),
                                       ("score", pa.float32())])
     small = pa.table({"id": pa.array([str(i) for i in range(20)], pa.string()),
                       "text": pa.array(texts, pa.string()),
                       "score": pa.array(np.arange(20, dtype=np.float32))})
     assert canonical_arrow(small.replace_schema_metadata({"pandas": "x"})).equals(table)
-    assert seam.byte_size(df["text"]) == sum(len(t.encode()) for t in texts)
-    assert seam.to_host(df) is df and seam.like(df, df) is df
+    assert dispatch.byte_size(df["text"]) == sum(len(t.encode()) for t in texts)
+    assert dispatch.to_host(df) is df and dispatch.like(df, df) is df
 
 
 def test_sample_draws_with_the_routing_hash():
@@ -142,7 +142,7 @@ def test_a_few_rewritten_rows_go_back_into_the_column(sample_records):
     new = pa.array(["two", "", "twenty-nine é"], pa.large_string())
     keep = np.zeros(30, bool)
     keep[rows] = True
-    out = seam.string_column(df["text"], *scatter_buffers(30, rows, new), keep=keep)
+    out = dispatch.string_column(df["text"], *scatter_buffers(30, rows, new), keep=keep)
     want = list(texts)
     want[2], want[17], want[29] = "two", "", "twenty-nine é"
     assert out.tolist() == want

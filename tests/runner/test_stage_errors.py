@@ -13,8 +13,8 @@ from tests.conftest import write_jsonl
 
 
 def poison_stage():
-    from gpupipe.registry import all_stages
     from gpupipe.stages import Transform, stage
+    from gpupipe.stages.registry import all_stages
 
     if "poison_demo" not in all_stages():
         @stage("poison_demo")

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpupipe.io.tokenizer import describe_tokenizer
 from gpupipe.shards.dataset import ResumableSampler, ShardSet, TokenWindows, reset_positions
 from gpupipe.shards.megatron import write_indexed
-from gpupipe.shards.tokenizer import describe_tokenizer
 from gpupipe.shards.writer import write_manifest
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import gpupipe as gp
+from gpupipe.io.tokenizer import load_tokenizer
 from gpupipe.shards.inspect import decode_document, verify
 from gpupipe.shards.megatron import IndexedDataset
 from gpupipe.shards.routing import doc_keys
-from gpupipe.shards.tokenizer import load_tokenizer
 from gpupipe.stages import LengthFilter, NormalizeText, Repartition, Tokenize
 
 TOK = "data/tokenizer.json"

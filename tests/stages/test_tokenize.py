@@ -7,7 +7,7 @@ import pytest
 
 import gpupipe as gp
 from gpupipe.frame import STRING
-from gpupipe.shards.tokenizer import load_tokenizer
+from gpupipe.io.tokenizer import load_tokenizer
 from gpupipe.stages import Tokenize
 
 TOK = "data/tokenizer.json"

@@ -127,7 +127,7 @@ def audit_table(lost: pd.DataFrame, label: str, runs: list[str]) -> pa.Table:
 def drop_rows(ctx, i: int, lost: pa.Table | None, label: str, runs: list[str]):
     """Partition ``i`` of the stage input without the ``lost`` rows (``_gp_row``), writing their
     audit rows. Returns (frame, kept mask, number dropped)."""
-    from gpupipe import seam
+    from gpupipe.backends import dispatch
     from gpupipe.io.writer import write_parquet
 
     frame = ctx.read(i)
@@ -139,7 +139,7 @@ def drop_rows(ctx, i: int, lost: pa.Table | None, label: str, runs: list[str]):
     write_parquet(audit_table(lost, label, runs),
                   os.path.join(audit_dir(ctx.output_dir),
                                f"{audit_prefix(label)}-part-{i:05d}.parquet"))
-    return seam.filter_rows(frame, mask), mask, len(lost)
+    return dispatch.filter_rows(frame, mask), mask, len(lost)
 
 
 # --- the index of kept documents for later runs ------------------------------------------------

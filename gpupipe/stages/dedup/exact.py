@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 
-from gpupipe import seam
+from gpupipe.backends import dispatch
 from gpupipe.frame import ID, TEXT, text_array
 from gpupipe.io.writer import write_parquet
 from gpupipe.kernels.hashing import xxh64_strings
@@ -66,9 +66,9 @@ def partition_hashes(df, normalize: bool, algorithm: str) -> tuple[np.ndarray, n
     partition's own memory (the XXH64 kernel, on the GPU for cuDF); md5 and normalised text are
     computed on the host (cuDF has no NFKC)."""
     if algorithm == "xxhash64" and not normalize:
-        h1 = seam.kernels_for(df).xxh64_strings(*seam.text_buffers(df[TEXT]))
+        h1 = dispatch.kernels_for(df).xxh64_strings(*dispatch.text_buffers(df[TEXT]))
         return np.asarray(h1, dtype=np.uint64), np.zeros(len(df), dtype=np.uint64)
-    return text_hashes(normalized_texts(seam.to_host(df[[TEXT]]), normalize), algorithm)
+    return text_hashes(normalized_texts(dispatch.to_host(df[[TEXT]]), normalize), algorithm)
 
 
 class ExactKeys:
@@ -81,8 +81,8 @@ class ExactKeys:
     def __call__(self, ctx, i: int) -> Output:
         df = ctx.read(i)
         h1, h2 = partition_hashes(df, self.normalize, self.algorithm)
-        length = seam.kernels_for(df).count_chars(*seam.text_buffers(df[TEXT]))
-        ids = text_array(seam.to_host(df[[ID]])[ID]).cast(pa.string())
+        length = dispatch.kernels_for(df).count_chars(*dispatch.text_buffers(df[TEXT]))
+        ids = text_array(dispatch.to_host(df[[ID]])[ID]).cast(pa.string())
         table = pa.table({"h1": h1, "h2": h2, "doc": doc_codes(i, len(df)),
                           "length": np.asarray(length, dtype=np.int64), "id": ids})
         return Output(table, files={"hashes": np.stack([h1, h2], axis=1)},
@@ -179,7 +179,7 @@ def _drop(label: str, runs: list[str], stage_name: str, ctx, i: int) -> Output:
     become partition ``i`` of this run's index."""
     frame, mask, n = drop_rows(ctx, i, ctx.bucket("losers", i), label, runs)
     hashes = np.load(ctx.side("keys", "hashes", i, "npy"))[mask]
-    ids = text_array(seam.to_host(frame[[ID]])[ID]).cast(pa.string())
+    ids = text_array(dispatch.to_host(frame[[ID]])[ID]).cast(pa.string())
     write_parquet(pa.table({"h1": hashes[:, 0], "h2": hashes[:, 1], "id": ids}),
                   os.path.join(index_dir(ctx.output_dir, stage_name), f"part-{i:05d}.parquet"))
     return Output(frame, drops={"exact_duplicate": n} if n else {})

@@ -150,21 +150,21 @@ class SignatureStep:
         self.cfg, self.a, self.b, self.keep = cfg, a, b, keep
 
     def __call__(self, ctx, i: int) -> Output:
-        from gpupipe import seam
+        from gpupipe.backends import dispatch
         from gpupipe.kernels.hashing import list_buffers
 
         df = ctx.read(i)
-        kernels, buffers = seam.kernels_for(df), seam.text_buffers(df[TEXT])
+        kernels, buffers = dispatch.kernels_for(df), dispatch.text_buffers(df[TEXT])
         cfg = self.cfg
         if cfg["shingles"] == "chars":
             sig = kernels.minhash(*buffers, seed=cfg["seed"], a=self.a, b=self.b,
                                   width=cfg["width"], bits=cfg["bits"])
         else:
-            words = normalized_words(text_array(seam.to_host(df[[TEXT]])[TEXT]))
+            words = normalized_words(text_array(dispatch.to_host(df[[TEXT]])[TEXT]))
             sig = kernels.minhash_ngrams(*list_buffers(words), ngrams=cfg["width"] - 1,
                                          seed=cfg["seed"], a=self.a, b=self.b, bits=cfg["bits"])
         sig = np.asarray(sig)
-        ids = text_array(seam.to_host(df[[ID]])[ID]).cast(pa.string())
+        ids = text_array(dispatch.to_host(df[[ID]])[ID]).cast(pa.string())
         length = np.asarray(kernels.count_chars(*buffers), dtype=np.int64)
         keys = band_key_table(sig, cfg["bands"], cfg["rows"], doc_codes(i, len(df)),
                               -length if self.keep == "longest" else np.zeros(len(df), np.int64),
@@ -358,7 +358,7 @@ class ShingleStep:
         self.cfg = cfg
 
     def __call__(self, ctx, i: int) -> Output:
-        from gpupipe import seam
+        from gpupipe.backends import dispatch
 
         pairs = ctx.table("pairs")
         codes = np.zeros(0, np.int64) if pairs is None else np.unique(np.concatenate(
@@ -366,7 +366,7 @@ class ShingleStep:
         part, row = split_codes(codes)
         rows = row[part == i]
         if len(rows):
-            texts = text_array(seam.to_host(ctx.read(i)[[TEXT]])[TEXT]).take(pa.array(rows))
+            texts = text_array(dispatch.to_host(ctx.read(i)[[TEXT]])[TEXT]).take(pa.array(rows))
             hashes, offsets = shingle_sets(texts, self.cfg)
         else:
             hashes, offsets = np.zeros(0, np.uint64), np.zeros(1, np.int64)

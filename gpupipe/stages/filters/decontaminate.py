@@ -15,12 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpupipe import seam
+from gpupipe.backends import dispatch
+from gpupipe.backends.dispatch import kernels_for, text_buffers
 from gpupipe.errors import SpecError
 from gpupipe.frame import ID, TEXT
 from gpupipe.kernels.contamination import MAX_NGRAM, build_index, sample_keys
 from gpupipe.kernels.utf8 import utf8_buffers
-from gpupipe.seam import kernels_for, text_buffers
 from gpupipe.stages.base import Filter, StageResult, stage
 
 log = logging.getLogger("gpupipe")
@@ -287,7 +287,7 @@ class Decontaminate(Filter):
             names = self._set_names(hit_sets)
             labels = tuple(sorted({n for n in names if n is not None}))
             codes = np.array([0 if n is None else labels.index(n) + 1 for n in names], np.int64)
-            df = df.assign(decontaminate_sets=seam.label_column(df, codes, labels))
+            df = df.assign(decontaminate_sets=dispatch.label_column(df, codes, labels))
         return hit.astype(np.uint8), df, self._counters(hit_sets, set_hits, removed)
 
     def process(self, df) -> StageResult:
@@ -299,7 +299,7 @@ class Decontaminate(Filter):
         codes = np.zeros(len(df), np.uint8)
         if len(hit) == 0:
             return StageResult(df, {}, {})
-        host = seam.to_host(df.iloc[hit])
+        host = dispatch.to_host(df.iloc[hit])
         texts = host[TEXT].tolist()
         pieces: dict[int, list[str]] = {}
         for j, row in enumerate(hit):
@@ -320,11 +320,11 @@ class Decontaminate(Filter):
         drop = codes != 0
         rejected = None
         if self.keep_rejected and drop.any():
-            rejected = seam.filter_rows(df, drop)
+            rejected = dispatch.filter_rows(df, drop)
             rejected = rejected.assign(reason=self.reason_labels(codes[drop], rejected))
-        kept = seam.filter_rows(df, ~drop) if drop.any() else df
+        kept = dispatch.filter_rows(df, ~drop) if drop.any() else df
         if pieces:
-            kept = seam.like(df, self._expand(seam.to_host(kept), np.flatnonzero(~drop),
+            kept = dispatch.like(df, self._expand(dispatch.to_host(kept), np.flatnonzero(~drop),
                                               pieces))
         ndrop = int(drop.sum())
         return StageResult(kept, {"contaminated": ndrop} if ndrop else {}, counters, rejected)

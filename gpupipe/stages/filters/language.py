@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from gpupipe import seam
+from gpupipe.backends import dispatch
 from gpupipe.errors import BackendUnavailableError
 from gpupipe.frame import TEXT, string_series, text_array
 from gpupipe.kernels.langid import langid, langid_model, prepare
@@ -43,13 +43,13 @@ def identify_partition(df) -> tuple[np.ndarray, np.ndarray]:
     """(class index, confidence) per row of a partition of either backend: the scores run where
     the text is (the kernels on the GPU for cuDF); only the texts `prepare` might change (not
     NFC, or without an ASCII lower-case letter) are prepared on the host first."""
-    kernels, (offsets, data) = seam.kernels_for(df), seam.text_buffers(df[TEXT])
+    kernels, (offsets, data) = dispatch.kernels_for(df), dispatch.text_buffers(df[TEXT])
     need = np.asarray(kernels.langid_needs_prepare(offsets, data))
     if need.any():  # only those rows leave the device, and come back prepared
         rows = np.flatnonzero(need)
-        done = prepare(seam.take_text(df[TEXT], rows)).cast(pa.large_string())
-        text = seam.string_column(df[TEXT], *scatter_buffers(len(df), rows, done), keep=need)
-        offsets, data = seam.text_buffers(text)
+        done = prepare(dispatch.take_text(df[TEXT], rows)).cast(pa.large_string())
+        text = dispatch.string_column(df[TEXT], *scatter_buffers(len(df), rows, done), keep=need)
+        offsets, data = dispatch.text_buffers(text)
     return kernels.langid_identify(offsets, data, langid_model())
 
 
@@ -117,8 +117,8 @@ class LanguageId(Filter):
             return self._evaluate_fasttext(df)
         model = langid_model()
         best, conf = identify_partition(df)
-        labels = seam.label_column(df, np.asarray(best, dtype=np.int64) + 1, model.classes)
-        scores = seam.like(df, pd.DataFrame({LANGUAGE_SCORE: np.asarray(conf, np.float32)}))
+        labels = dispatch.label_column(df, np.asarray(best, dtype=np.int64) + 1, model.classes)
+        scores = dispatch.like(df, pd.DataFrame({LANGUAGE_SCORE: np.asarray(conf, np.float32)}))
         out = df.assign(**{LANGUAGE: labels, LANGUAGE_SCORE: scores[LANGUAGE_SCORE]})
         not_kept = None
         if self.keep is not None:

@@ -6,8 +6,8 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
+from gpupipe.backends.dispatch import kernels_for, text_buffers
 from gpupipe.frame import TEXT
-from gpupipe.seam import kernels_for, text_buffers
 from gpupipe.stages.base import Filter, first_failure, stage
 
 NonNegative = Annotated[int | None, Field(ge=0)]

@@ -14,6 +14,7 @@ from typing import Annotated, ClassVar
 import numpy as np
 from pydantic import Field
 
+from gpupipe.backends.dispatch import kernels_for, string_column, text_buffers
 from gpupipe.frame import TEXT
 from gpupipe.kernels.quality import (
     C4_LINE_FEW_WORDS,
@@ -33,7 +34,6 @@ from gpupipe.kernels.quality import (
     GQ_STOP_WORDS,
     GQ_WORDS,
 )
-from gpupipe.seam import kernels_for, string_column, text_buffers
 from gpupipe.stages.base import Filter, first_failure, stage
 
 Count = Annotated[int | None, Field(ge=0)]

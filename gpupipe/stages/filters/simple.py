@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
+from gpupipe.backends.dispatch import kernels_for, text_buffers
 from gpupipe.frame import ID, TEXT, text_array
-from gpupipe.seam import kernels_for, text_buffers
 from gpupipe.stages.base import Filter, first_failure, stage
 
 Count = Annotated[int | None, Field(ge=0)]

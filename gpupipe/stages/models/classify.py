@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from pydantic import AliasChoices, Field
 
-from gpupipe import seam
+from gpupipe.backends import dispatch
 from gpupipe.frame import TEXT, text_array
 from gpupipe.stages.base import Filter, first_failure, stage
 from gpupipe.stages.models import runtimes
@@ -275,7 +275,7 @@ class Classify(Filter):
         not_kept, counters = None, {}
         if best is not None:
             names = self.class_names()
-            columns = {self.label_column: seam.label_column(df, best.astype(np.int64) + 1,
+            columns = {self.label_column: dispatch.label_column(df, best.astype(np.int64) + 1,
                                                             names), **columns}
             if self.keep is not None:
                 not_kept = ~np.isin(best, [k for k, n in enumerate(names) if n in self.keep])

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
+from gpupipe.backends.dispatch import kernels_for, string_column, text_buffers
 from gpupipe.frame import TEXT
 from gpupipe.kernels.clean import clean_text
 from gpupipe.kernels.utf8 import utf8_buffers
-from gpupipe.seam import kernels_for, string_column, text_buffers
 from gpupipe.stages.base import StageResult, Transform, stage
 
 # What each step does, as the regular expression it is equivalent to (the steps run as one

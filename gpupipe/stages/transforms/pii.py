@@ -19,9 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpupipe.backends.dispatch import kernels_for, string_column, take_text, text_buffers
 from gpupipe.frame import TEXT
 from gpupipe.kernels.utf8 import scatter_buffers
-from gpupipe.seam import kernels_for, string_column, take_text, text_buffers
 from gpupipe.stages.base import Transform, stage
 
 Kind = Literal["private_key", "secret_key", "email", "iban", "credit_card", "us_ssn", "phone",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -26,6 +26,8 @@ class Tokenize(Transform):
     (``output.shards``). It must be the last stage.
     """
 
+    is_sink: ClassVar[bool] = True
+
     tokenizer: str = Field(description="path of a tokenizers JSON file (tokenizer.json)")
     eod_token: str | None = None
     eod_id: Annotated[int | None, Field(ge=0)] = None
@@ -41,7 +43,7 @@ class Tokenize(Transform):
         self.info()
 
     def info(self):
-        from gpupipe.shards.tokenizer import describe_tokenizer
+        from gpupipe.io.tokenizer import describe_tokenizer
 
         try:
             return describe_tokenizer(self.tokenizer, eod_token=self.eod_token,
@@ -53,7 +55,7 @@ class Tokenize(Transform):
         return {TOKENS: pd.ArrowDtype(TOKENS_TYPE)}
 
     def transform(self, df):
-        from gpupipe.shards.tokenizer import load_tokenizer
+        from gpupipe.io.tokenizer import load_tokenizer
 
         info = self.info()
         tok = load_tokenizer(self.tokenizer)

@@ -1,5 +1,7 @@
 """Stage registry: snake_case names used in pipeline files -> stage classes.
 
+Built-in stages register when their modules are imported, which importing any module of
+`gpupipe.stages` does (the package imports them all first).
 Third-party packages add stages through the ``gpupipe.stages`` entry-point group: each entry
 point names a stage class (``my_stage = "my_package.stages:MyStage"``), or a module whose
 ``@stage`` classes register on import. They load once, the first time the registry is read. A
@@ -10,16 +12,11 @@ provided.
 
 from __future__ import annotations
 
-import difflib
 import logging
-from typing import TYPE_CHECKING
 
-from gpupipe.errors import SpecError
+from gpupipe.errors import SpecError, did_you_mean
 
-if TYPE_CHECKING:
-    from gpupipe.stages.base import Stage
-
-_REGISTRY: dict[str, type[Stage]] = {}
+_REGISTRY: dict[str, type] = {}
 #: entry-point group of third-party stages
 ENTRY_POINT_GROUP = "gpupipe.stages"
 #: "<entry point> (<distribution>)" -> why it failed to load
@@ -30,7 +27,7 @@ _plugins_loaded = False
 log = logging.getLogger(__name__)
 
 
-def register(cls: type[Stage]) -> type[Stage]:
+def register(cls: type) -> type:
     name = cls.stage_name
     if not name or name != name.lower() or not name.replace("_", "").isalnum():
         raise ValueError(f"stage name {name!r} must be snake_case")
@@ -38,12 +35,6 @@ def register(cls: type[Stage]) -> type[Stage]:
         raise ValueError(f"stage name {name!r} is already registered by {_REGISTRY[name]!r}")
     _REGISTRY[name] = cls
     return cls
-
-
-def _ensure_builtins() -> None:
-    import gpupipe.stages  # noqa: F401  (registers the built-in stages)
-
-    _load_plugins()
 
 
 def _load_plugins() -> None:
@@ -54,8 +45,6 @@ def _load_plugins() -> None:
     import inspect
     from importlib.metadata import entry_points
 
-    from gpupipe.stages.base import Stage
-
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         dist = getattr(ep.dist, "name", None) or "?"
         label = f"{ep.name} = {ep.value} ({dist})"
@@ -63,10 +52,10 @@ def _load_plugins() -> None:
         try:
             obj = ep.load()
             if inspect.isclass(obj):
-                if not issubclass(obj, Stage) or not getattr(obj, "stage_name", None):
+                # `@stage` registers a stage class as its module is imported
+                if _REGISTRY.get(getattr(obj, "stage_name", None)) is not obj:
                     raise TypeError(f"{obj!r} is not a stage class (decorate it with "
                                     f"@gpupipe.stages.stage(name))")
-                register(obj)
             elif not inspect.ismodule(obj):
                 raise TypeError(f"expected a stage class or a module, got {type(obj).__name__}")
         except Exception as e:  # noqa: BLE001 - a broken plugin must not stop gpupipe
@@ -80,20 +69,9 @@ def _load_plugins() -> None:
             PLUGIN_STAGES.setdefault(name, label)
 
 
-def closest(name: str, candidates) -> str | None:
-    """The candidate most similar to ``name``, if any is close enough to be a likely typo."""
-    found = difflib.get_close_matches(str(name), list(candidates), n=1, cutoff=0.6)
-    return found[0] if found else None
-
-
-def did_you_mean(name: str, candidates) -> str:
-    guess = closest(name, candidates)
-    return f" — did you mean {guess!r}?" if guess else ""
-
-
-def get_stage(name: str) -> type[Stage]:
+def get_stage(name: str) -> type:
     """The stage class registered under ``name``; raises `SpecError` with a suggestion."""
-    _ensure_builtins()
+    _load_plugins()
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):
@@ -105,6 +83,6 @@ def get_stage(name: str) -> type[Stage]:
         ) from None
 
 
-def all_stages() -> dict[str, type[Stage]]:
-    _ensure_builtins()
+def all_stages() -> dict[str, type]:
+    _load_plugins()
     return dict(sorted(_REGISTRY.items()))

@@ -2,9 +2,10 @@
 
 Stages call these instead of pandas or cuDF methods, so the same stage code runs on a pandas or
 a cuDF partition and no stage holds an ``if cudf`` branch (the pattern of dask's
-``dask/dataframe/backends.py``). `gpupipe.frame` registers the pandas half; the cuDF half
-(`gpupipe.backend.register_cudf_seam`) is registered the first time a cuDF object is
-dispatched, so nothing imports cuDF before a cuDF partition exists.
+``dask/dataframe/backends.py``). This module holds only the `Dispatch` objects;
+`gpupipe.backends.pandas` registers the pandas half and `gpupipe.backends.cudf` the cuDF half,
+the first time a cuDF object is dispatched (the hook is in `gpupipe.backends`), so nothing
+imports cuDF before a cuDF partition exists.
 
 * `text_buffers(series)`: the ``(offsets, data)`` UTF-8 view of a string column (host numpy
   arrays for pandas, zero-copy device arrays for cuDF);
@@ -24,7 +25,7 @@ dispatched, so nothing imports cuDF before a cuDF partition exists.
 * `like(like, frame)`: a pandas ``frame`` moved to ``like``'s backend (with ``like``'s index
   when the lengths match, so its columns can be assigned to ``like``).
 
-`gpupipe.backend.to_backend(frame, name)` moves a partition to a named backend (the runner's
+`gpupipe.backends.to_backend(frame, name)` moves a partition to a named backend (the runner's
 conversions between stages).
 """
 
@@ -45,15 +46,3 @@ take_text = Dispatch("take_text")
 
 OPERATIONS = (text_buffers, kernels_for, string_column, label_column, filter_rows, arrow_table,
               byte_size, to_host, like, take_text)
-
-
-def _register_cudf() -> None:
-    from gpupipe.backend import register_cudf_seam
-
-    register_cudf_seam()
-
-
-for _op in OPERATIONS:
-    _op.register_lazy("cudf", _register_cudf)
-
-import gpupipe.frame  # noqa: E402,F401  (registers the pandas half)

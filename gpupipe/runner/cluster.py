@@ -1,16 +1,130 @@
-"""Connecting to Dask: an embedded `LocalCluster`, or an existing scheduler (address / file)."""
+"""Where a run executes: choosing the backend (the GPU probe), and connecting to Dask: an
+embedded `LocalCluster`, a `dask_cuda.LocalCUDACluster`, or an existing scheduler (address or
+scheduler file), with KvikIO settings applied on the workers."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import importlib.util
 import logging
 import os
 from collections.abc import Iterator
 
-from gpupipe.errors import ClusterError
+from gpupipe.errors import BackendUnavailableError, ClusterError, GpupipeError, StageError
 
 log = logging.getLogger(__name__)
 
+GPU_INSTALL = "pip install 'gpupipe[gpu]'  (RAPIDS 26.10, CUDA 12, an NVIDIA GPU and driver)"
+UCX_INSTALL = "pip install 'gpupipe[gpu]' (distributed-ucxx-cu12 provides protocol: ucx)"
+
+
+# --------------------------------------------------------------------------- the backend
+
+@dataclasses.dataclass(frozen=True)
+class BackendChoice:
+    name: str  # "pandas" | "cudf"
+    reason: str
+
+
+@functools.lru_cache(maxsize=1)
+def probe_gpu() -> tuple[bool, str]:
+    """(usable, why): runs a tiny cuDF computation, cached for the process. ``import cudf``
+    succeeding proves nothing (it imports without a GPU and fails at first use)."""
+    if importlib.util.find_spec("cudf") is None:
+        return False, "cuDF is not installed"
+    try:
+        from gpupipe.backends.cudf import probe_computation
+
+        if probe_computation() != 6:
+            return False, "cuDF returned a wrong result on a test computation"
+    except Exception as e:  # any failure at first use means no usable GPU
+        return False, f"cuDF is installed but cannot run ({type(e).__name__}: {e})"
+    return True, "a GPU ran a cuDF test computation"
+
+
+def resolve_backend(requested: str) -> BackendChoice:
+    """Turn ``backend: auto | pandas | cudf`` into the backend this run uses."""
+    if requested == "pandas":
+        return BackendChoice("pandas", "requested")
+    usable, why = probe_gpu()
+    if requested == "cudf":
+        if not usable:
+            raise BackendUnavailableError(
+                f"backend: cudf cannot be used here: {why}. Install the GPU extra with "
+                f"{GPU_INSTALL}, or set backend: pandas (or auto) to run on CPU."
+            )
+        return BackendChoice("cudf", "requested")
+    if usable:
+        return BackendChoice("cudf", f"auto: {why}")
+    return BackendChoice("pandas", f"auto: no usable GPU ({why})")
+
+
+# --------------------------------------------------------------------------- GPU clusters
+
+def device_memory_bytes() -> int | None:
+    """Total memory of the first visible GPU (NVML), or None when there is none."""
+    try:
+        import pynvml  # nvidia-ml-py, a dask-cuda dependency
+
+        pynvml.nvmlInit()
+        try:
+            if pynvml.nvmlDeviceGetCount() == 0:
+                return None
+            return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML library, no driver, no device
+        return None
+
+
+def local_cuda_cluster(**kwargs):
+    """A `dask_cuda.LocalCUDACluster`, or a `ClusterError` saying what is missing."""
+    if importlib.util.find_spec("dask_cuda") is None:
+        raise ClusterError(f"cluster.kind: cuda needs dask-cuda, which is not installed: "
+                           f"{GPU_INSTALL}; or use cluster.kind: local (CPU)")
+    if kwargs.get("protocol") == "ucx" and importlib.util.find_spec("distributed_ucxx") is None:
+        raise ClusterError(f"cluster.protocol: ucx needs the UCX communication backend "
+                           f"(distributed-ucxx), which is not installed: {UCX_INSTALL}; "
+                           f"or set protocol: tcp")
+    if device_memory_bytes() is None:
+        raise ClusterError("cluster.kind: cuda, but no NVIDIA GPU is visible here (NVML found "
+                           "no device; check `nvidia-smi`, CUDA_VISIBLE_DEVICES and, in a "
+                           "container, --gpus all); or use cluster.kind: local")
+    from dask_cuda import LocalCUDACluster
+
+    try:
+        return LocalCUDACluster(**kwargs)
+    except Exception as e:
+        raise ClusterError(f"cannot start a LocalCUDACluster: {type(e).__name__}: {e}") from e
+
+
+def apply_kvikio_settings(env: dict[str, str]) -> dict[str, str]:
+    """Run on a worker: export KVIKIO_* settings (read when KvikIO starts) and, if KvikIO is
+    already loaded in this process, apply them to it too. Returns what the worker now has."""
+    import sys
+
+    os.environ.update(env)
+    names = {"KVIKIO_COMPAT_MODE": "compat_mode", "KVIKIO_NTHREADS": "num_threads",
+             "KVIKIO_TASK_SIZE": "task_size"}
+    # connect() passes the whole extra worker environment: only KVIKIO_* keys concern KvikIO
+    values = {names[k]: (v if k == "KVIKIO_COMPAT_MODE" else int(v))
+              for k, v in env.items() if k in names}
+    kvikio = sys.modules.get("kvikio")
+    if kvikio is not None and values:
+        try:
+            defaults = importlib.import_module("kvikio.defaults")  # a submodule: import it
+            if "compat_mode" in values:  # KvikIO 26.10 takes its enum, not the string
+                values["compat_mode"] = kvikio.CompatMode[values["compat_mode"]]
+            defaults.set(values)
+        except Exception as e:  # an older KvikIO: the variables apply to new processes only
+            log.warning("KvikIO is already loaded and did not accept %s (%s); the settings "
+                        "apply to worker processes started from now on", values, e)
+    return {k: os.environ[k] for k in env}
+
+
+# --------------------------------------------------------------------------- connecting
 
 def worker_env(threads_per_worker: int) -> dict[str, str]:
     """Environment for worker processes: native thread pools sized to the worker's threads.
@@ -86,8 +200,6 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
     kind = spec.kind
     env = dict(env or {})
     if kind == "cuda":
-        from gpupipe.backend import local_cuda_cluster
-
         kwargs = cuda_cluster_kwargs(spec, workers=workers,
                                      env={**worker_env(spec.threads_per_worker), **env})
         log.info("starting a local CUDA cluster (%s, protocol %s)",
@@ -157,8 +269,6 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
                     f"{spec.timeout:.0f}s — start `dask worker` / `dask cuda worker` "
                     f"processes (cluster.min_workers, cluster.timeout)") from e
         if env:
-            from gpupipe.backend import apply_kvikio_settings
-
             client.run(apply_kvikio_settings, env)
         yield client
 
@@ -171,3 +281,27 @@ def describe(client) -> dict:
         "workers": len(workers),
         "threads": sum(w.get("nthreads", 0) for w in workers.values()),
     }
+
+
+def gather(futures, bar, label: str) -> list[dict]:
+    from distributed import as_completed
+
+    results = []
+    try:
+        for fut in as_completed(futures):
+            try:
+                results.append(fut.result())
+            except GpupipeError:
+                raise
+            except Exception as e:
+                hint = ""
+                if type(e).__name__ == "KilledWorker":
+                    hint = (" — a worker died, most often out of memory: use fewer/larger workers "
+                            "(cluster.workers, cluster.memory_limit) or smaller input files")
+                raise StageError(f"{label}: a task failed: {type(e).__name__}: {e}{hint}") from e
+            bar.advance()
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
+    return results

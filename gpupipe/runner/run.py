@@ -1,0 +1,204 @@
+"""Running a pipeline: checks before any work, the run directory, the cluster, then the
+segments (`gpupipe.runner.segments`) and the shards (`gpupipe.runner.sharding`), and run.json."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import platform
+import shutil
+import time
+
+from gpupipe.errors import OutputError, SpecError
+from gpupipe.io.writer import write_json
+from gpupipe.runner.plan import fingerprints, plan
+from gpupipe.runner.progress import make_progress
+from gpupipe.runner.resume import describe_changes, input_identity
+from gpupipe.runner.segments import run_segments
+from gpupipe.runner.sharding import run_shards
+from gpupipe.runner.sources import count_block_lines, make_pipeline_source
+
+log = logging.getLogger(__name__)
+
+
+def versions() -> dict:
+    import dask
+    import distributed
+    import numpy
+    import pandas
+    import pyarrow
+    import pydantic
+
+    from gpupipe._version import __version__
+
+    return {"gpupipe": __version__, "python": platform.python_version(), "dask": dask.__version__,
+            "distributed": distributed.__version__, "pandas": pandas.__version__,
+            "pyarrow": pyarrow.__version__, "numpy": numpy.__version__,
+            "pydantic": pydantic.__version__}
+
+
+def _is_run_dir(path: str) -> bool:
+    return os.path.exists(os.path.join(path, "run.json"))
+
+
+def prepare_output(path: str, overwrite: bool) -> None:
+    if os.path.isfile(path):
+        raise OutputError(f"output.path {path!r} is a file; give a directory")
+    if os.path.isdir(path) and os.listdir(path):
+        if not _is_run_dir(path):
+            raise OutputError(
+                f"output directory {path!r} is not empty and holds no gpupipe run (no run.json); "
+                f"choose another output.path (nothing was deleted)")
+        if overwrite:
+            log.info("overwrite: deleting the previous run in %s", path)
+            shutil.rmtree(path)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot create output directory {path!r}: {e.strerror}") from None
+
+
+def check_output_apart(pipeline, source) -> None:
+    """The run directory must not hold an input file (``overwrite`` deletes it, and a rerun
+    would read the run's own output), nor lie inside a directory read as input."""
+    import glob as globmod
+
+    out = os.path.realpath(pipeline.output.path)
+
+    def inside(path: str, d: str) -> bool:
+        return os.path.commonpath([path, d]) == d
+
+    for f in source.files:
+        if inside(os.path.realpath(f), out):
+            raise SpecError(f"output.path {pipeline.output.path!r} contains the input file {f}; "
+                            f"write the run somewhere else")
+    for spec in pipeline.sources().values():
+        for pattern in spec.paths():
+            base = pattern
+            if globmod.has_magic(pattern):
+                if "**" not in pattern:
+                    continue
+                base = pattern[:pattern.index("**")]
+            base = os.path.realpath(os.path.expanduser(base or "."))
+            if os.path.isdir(base) and inside(out, base):
+                raise SpecError(f"output.path {pipeline.output.path!r} is inside the input "
+                                f"directory {pattern!r}: a rerun would read its own output; "
+                                f"write the run somewhere else")
+
+
+def _check_stages(pipeline) -> None:
+    """Each stage's `Stage.check`, before any data is read: a model that does not fit its
+    parameters stops the run here, not after hours of earlier stages."""
+    stages = pipeline.all_stages()
+    for pos, st in enumerate(stages):
+        try:
+            note = st.check()
+            if hasattr(st, "check_inputs"):
+                st.check_inputs(stages[:pos], _input_columns(pipeline))
+        except ValueError as e:
+            raise SpecError(f"stage {pos} ({st.stage_name}): {e}") from None
+        if note:
+            log.info("%d: %s: %s", pos, st.stage_name, note)
+
+
+def _input_columns(pipeline) -> set[str]:
+    """Columns the input carries besides id and text (``input.columns``, Parquet)."""
+    return {c for spec in pipeline.sources().values() for c in spec.columns}
+
+
+def execute(pipeline, *, client=None, workers: int | None = None,
+            progress: bool | str | None = None) -> dict:
+    """Run ``pipeline`` and return its summary (what run.json holds); see `Pipeline.run`."""
+    from gpupipe.runner.cluster import connect, describe, resolve_backend
+
+    t_start = time.perf_counter()
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    backend = resolve_backend(pipeline.backend)
+    source = make_pipeline_source(pipeline)
+    segments = plan(pipeline.all_stages())
+    _warn_conversions(pipeline, backend.name)
+    if backend.name == "cudf" and pipeline.cluster.kind == "local":
+        log.warning("backend: cudf on a local CPU cluster: every worker process shares the first "
+                    "GPU; cluster: {kind: cuda} starts one worker per GPU")
+    vers = versions()
+    identity = input_identity(pipeline, source)
+    fps = fingerprints(segments, identity, vers["gpupipe"])
+    out = pipeline.output.path
+    _check_global_stages(pipeline, out)
+    _check_stages(pipeline)
+    check_output_apart(pipeline, source)
+    prepare_output(out, pipeline.output.overwrite)
+    inputs = {f: [size, mtime] for f, size, mtime in identity["files"]}
+    for line in describe_changes(os.path.join(out, "run.json"), pipeline.to_dict(), inputs,
+                                 fps[-1]):
+        log.warning("resuming %s: %s; the stages from there on are recomputed", out, line)
+    base = {"status": "running", "started": started, "gpupipe_version": vers["gpupipe"],
+            "pipeline": pipeline.to_dict(), "fingerprint": fps[-1], "input_files": inputs}
+    write_json(base, os.path.join(out, "run.json"))
+
+    bar = make_progress(progress)
+    try:
+        def run_all(c):
+            result = run_segments(pipeline, c, count_block_lines(c, source, bar), segments, fps,
+                                   out, bar, backend.name)
+            if pipeline.sink_stage() is not None:
+                result["shards"] = run_shards(c, pipeline, out, fps[-1],
+                                               result["output"]["partitions"], bar, vers)
+            return result, describe(c)
+
+        env = pipeline.io.kvikio.env()
+        if client is not None:
+            if env:
+                from gpupipe.runner.cluster import apply_kvikio_settings
+
+                client.run(apply_kvikio_settings, env)
+            summary, cluster_info = run_all(client)
+        else:
+            with connect(pipeline.cluster, workers=workers, env=env) as own:
+                summary, cluster_info = run_all(own)
+    except BaseException as e:
+        bar.close()
+        write_json({**base, "status": "failed", "error": f"{type(e).__name__}: {e}"},
+                   os.path.join(out, "run.json"))
+        raise
+    bar.close()
+    summary = {
+        "status": "complete",
+        "started": started,
+        "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "seconds": round(time.perf_counter() - t_start, 3),
+        "gpupipe_version": vers["gpupipe"],
+        "fingerprint": fps[-1],
+        "input_files": inputs,
+        "pipeline": pipeline.to_dict(),
+        "versions": vers,
+        "backend": {"requested": pipeline.backend, "used": backend.name, "reason": backend.reason},
+        "cluster": {"kind": pipeline.cluster.kind, **cluster_info},
+        **summary,
+    }
+    write_json(summary, os.path.join(out, "run.json"))
+    return summary
+
+
+def _check_global_stages(pipeline, out: str) -> None:
+    """Plan every global stage's steps before any work, so that what they refuse (an earlier
+    run's index built with other parameters) stops the run before the first stage runs."""
+    from gpupipe.stages.steps import StepContext
+
+    for pos, st in enumerate(pipeline.all_stages()):
+        if st.kind == "global":
+            st.steps(StepContext(source=None, work_dir="", output_dir=out, position=pos))
+
+
+def _warn_conversions(pipeline, backend: str) -> None:
+    """One warning per stage before which partitions are copied between the GPU and the host
+    (what `explain` shows)."""
+    from gpupipe.runner.plan import conversions
+
+    stages = pipeline.all_stages()
+    for pos, direction in sorted(conversions(plan(stages), backend).items()):
+        a, b = ("GPU", "host") if direction == "device->host" else ("host", "GPU")
+        log.warning("stages[%d] %s: every partition is copied from the %s to the %s before it "
+                    "(it runs on %s)", pos, stages[pos].stage_name, a, b,
+                    stages[pos].runs_on(backend))

@@ -1,0 +1,258 @@
+"""Executing the segments of a plan in order: fused row-local tasks and global stages, each
+checkpointed and resumed, with their statistics merged for run.json."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+from gpupipe.io.parquet import ParquetSource
+from gpupipe.io.source import FrameReader
+from gpupipe.io.writer import write_json
+from gpupipe.runner.cluster import gather
+from gpupipe.runner.plan import Segment, rejected_directory
+from gpupipe.runner.resume import load_state, reset, work_dir
+from gpupipe.runner.stats import merge_profiles, merge_read, merge_stages
+from gpupipe.runner.tasks import (
+    marker_path,
+    part_name,
+    run_row_partition,
+    write_global_partition,
+)
+
+log = logging.getLogger(__name__)
+
+
+def run_segments(pipeline, client, source, segments: list[Segment], fps, out, bar,
+                  backend: str = "pandas") -> dict:
+    source_in = source
+    upstream_changed = False
+    seg_info = []
+    stage_stats: list[dict] = []
+    read_reports: list[dict] = []
+    reports: list[dict] = []
+    docs_prev = bytes_prev = 0
+    rejected_dir = os.path.join(out, "rejected", "read")
+    for seg, fp in zip(segments, fps):
+        directory, stats_dir = seg.directory(out), seg.stats_directory(out)
+        state = load_state(directory)
+        if upstream_changed or state is None or state.get("fingerprint") != fp:
+            if state is not None:
+                log.info("%s: pipeline or input changed since the last run; recomputing", seg.name)
+            stale = [seg.work_directory(out)] if upstream_changed else []
+            kept = [rejected_directory(out, pipeline.all_stages(), p) for p in seg.positions]
+            reset(directory, stats_dir, *stale, *kept,
+                   *([rejected_dir] if seg.reads_input else []))
+            state = None
+        t0 = time.perf_counter()
+        if seg.kind == "row":
+            filter_rejected = {p: rejected_directory(out, pipeline.all_stages(), p)
+                               for p, st in zip(seg.positions, seg.stages)
+                               if getattr(st, "keep_rejected", False)}
+            error_dirs = {p: rejected_directory(out, pipeline.all_stages(), p)
+                          for p in seg.positions}
+            reports, computed = _run_row_segment(client, seg, fp, source, directory, stats_dir,
+                                                 rejected_dir if seg.reads_input else None, bar,
+                                                 filter_rejected, backend, error_dirs)
+            stage_stats.extend(merge_stages(reports, list(seg.stages), seg.positions, backend))
+            if seg.reads_input:
+                read_reports = reports
+        else:
+            reports, computed, info = _run_global_segment(client, seg, fp, source, directory,
+                                                          stats_dir, state, bar, out, backend)
+            st = seg.stages[0]
+            seconds = (round(time.perf_counter() - t0, 4) if computed else
+                       (state or {}).get("seconds", 0.0))
+            docs_out = sum(r["docs_out"] for r in reports)
+            stage_stats.append({
+                "position": seg.positions[0], "stage": st.stage_name, "kind": "global",
+                "params": st.params(), "docs_in": docs_prev, "docs_out": docs_out,
+                "bytes_in": bytes_prev, "bytes_out": sum(r["bytes_out"] for r in reports),
+                "drops": {(st.reasons[0] if st.reasons else "removed"): docs_prev - docs_out}
+                if docs_prev > docs_out else {},
+                "counters": {}, "seconds": seconds, "backend": st.runs_on(backend),
+                "device_seconds": seconds if st.runs_on(backend) != "pandas" else 0.0,
+            })
+            if info is not None:  # a stage of steps reports its own drops and counters
+                stage_stats[-1].update(drops=info["drops"], counters=info["counters"],
+                                       steps=info["steps"])
+            if any("by_source" in r for r in reports):
+                outs: dict[str, int] = {}
+                for r in reports:
+                    for k, v in r.get("by_source", {}).items():
+                        outs[k] = outs.get(k, 0) + v
+                before = stage_stats[-2]["by_source"] if len(stage_stats) > 1 and \
+                    "by_source" in stage_stats[-2] else {}
+                stage_stats[-1]["by_source"] = {
+                    k: {"docs_in": before.get(k, {}).get("docs_out", 0),
+                        "docs_out": outs.get(k, 0)} for k in sorted(set(before) | set(outs))}
+        upstream_changed = upstream_changed or computed > 0
+        docs_prev = sum(r["docs_out"] for r in reports)
+        bytes_prev = sum(r["bytes_out"] for r in reports)
+        seg_info.append({"name": seg.name, "kind": seg.kind,
+                         "stages": [s.stage_name for s in seg.stages],
+                         "directory": os.path.relpath(directory, out), "partitions": len(reports),
+                         "computed": computed, "reused": len(reports) - computed,
+                         "seconds": round(time.perf_counter() - t0, 3)})
+        extra = sorted({c for st in pipeline.all_stages()[: (seg.positions[-1] + 1
+                                                             if seg.positions else 0)]
+                        for c in st.added_columns()} | ({"source"} if pipeline.inputs else set())
+                       | {c for spec in pipeline.sources().values() for c in spec.columns})
+        files = tuple(os.path.join(directory, part_name(i) + ".parquet") for i in range(len(reports)))
+        source = ParquetSource(files=files, root=directory, text_column="text", id_column="id",
+                               columns=tuple(extra))
+    read = merge_read(read_reports)
+    read.update(merge_profiles(read_reports, "read_profile"))
+    if getattr(source_in, "left_out", ()):
+        read["left_out"] = [{"path": p, "why": why} for p, why in source_in.left_out]
+    stage_stats.sort(key=lambda s: s["position"])
+    dropped = sum(sum(s["drops"].values()) for s in stage_stats)
+    rejected_records = sum(v for k, v in read["rejected"].items() if k != "corrupt_file")
+    records_in = read["docs"] + rejected_records
+    # documents a stage split in pieces (decontaminate's cut): the pieces beyond the first
+    added = sum(s.get("counters", {}).get("documents_added", 0) for s in stage_stats)
+    by_source = _source_accounting(read_reports, stage_stats) if pipeline.inputs else None
+    return {
+        **({"sources": by_source} if by_source else {}),
+        "input": {"format": pipeline.input.resolved_format() if pipeline.input else {
+                      k: v.resolved_format() for k, v in pipeline.inputs.items()},
+                  "files": read["files"], "partitions": len(read_reports)},
+        "read": read,
+        "stages": stage_stats,
+        "segments": seg_info,
+        "output": {"path": out, "data": os.path.join(out, "data"), "partitions": len(reports),
+                   "docs": docs_prev, "bytes": bytes_prev, **merge_profiles(reports)},
+        "accounting": {"records_in": records_in, "added": added, "docs_out": docs_prev,
+                       "dropped": dropped, "rejected": rejected_records,
+                       "balanced": records_in + added == docs_prev + dropped + rejected_records},
+    }
+
+
+def _source_accounting(read_reports: list[dict], stage_stats: list[dict]) -> dict:
+    """Per named input: records read, set aside, kept, and whether every stage's documents in
+    equal the documents out of the stage before it (the first: the documents read)."""
+    out: dict[str, dict] = {}
+    for r in read_reports:
+        got = out.setdefault(r.get("source_name", "?"), {"records_in": 0, "rejected": 0})
+        got["records_in"] += r["read"]["docs"] + sum(
+            v for k, v in r["read"].get("rejected", {}).items() if k != "corrupt_file")
+        got["rejected"] += sum(v for k, v in r["read"].get("rejected", {}).items()
+                               if k != "corrupt_file")
+    for name, got in out.items():
+        prev = got["records_in"] - got["rejected"]
+        chain = True
+        for st in stage_stats:
+            s = st.get("by_source", {}).get(name, {"docs_in": prev, "docs_out": prev})
+            chain &= s["docs_in"] == prev
+            prev = s["docs_out"]
+        got.update(docs_out=prev, removed_by_stages=got["records_in"] - got["rejected"] - prev,
+                   balanced=chain)
+    return dict(sorted(out.items()))
+
+
+def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir, bar,
+                     filter_rejected=None, backend: str = "pandas", error_dirs=None):
+    n = source.npartitions
+    os.makedirs(directory, exist_ok=True)
+    write_json({"fingerprint": fp, "kind": "row", "partitions": n},
+               os.path.join(directory, "_segment.json"))
+    done = [i for i in range(n) if os.path.exists(marker_path(directory, i))
+            and os.path.exists(os.path.join(stats_dir, part_name(i) + ".json"))]
+    todo = sorted(set(range(n)) - set(done))
+    label = " → ".join(["read"] * seg.reads_input + [s.stage_name for s in seg.stages]) or "copy"
+    bar.start(f"[{seg.index}] {label}", n, len(done))
+    reports = []
+    for i in done:
+        with open(os.path.join(stats_dir, part_name(i) + ".json"), encoding="utf-8") as f:
+            reports.append(json.load(f))
+    if todo:
+        for st in seg.stages:
+            note = st.prepare()
+            if note:
+                log.info("[%s] %s: %s", seg.index, st.stage_name, note)
+        stages = list(zip(seg.positions, seg.stages))
+        # shipped to every worker once, not with each task (a stage may carry an index)
+        [stages] = client.scatter([stages], broadcast=True, hash=False)
+        futures = client.map(run_row_partition, todo, source=source, stages=stages,
+                             out_dir=directory, stats_dir=stats_dir, rejected_dir=rejected_dir,
+                             filter_rejected=filter_rejected, backend=backend,
+                             error_dirs=error_dirs,
+                             key=[f"gpupipe-{seg.name}-{fp}-{i}" for i in todo], pure=False)
+        reports.extend(gather(futures, bar, seg.name))
+    reports.sort(key=lambda r: r["partition"])
+    return reports, len(todo)
+
+
+def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, bar, out,
+                        backend: str = "pandas"):
+    """Run a global stage. Returns (per-partition reports, partitions computed, stage info:
+    counters, drops and steps when the stage declares steps, else None)."""
+    st = seg.stages[0]
+    if state is not None and state.get("complete"):
+        n = state["partitions"]
+        if all(os.path.exists(marker_path(directory, i)) for i in range(n)):
+            bar.start(f"[{seg.index}] {st.stage_name}", n, n)
+            reports = []
+            for i in range(n):
+                with open(os.path.join(stats_dir, part_name(i) + ".json"), encoding="utf-8") as f:
+                    reports.append(json.load(f))
+            return reports, 0, state.get("stage")
+    t0 = time.perf_counter()
+    on = st.runs_on(backend)
+    from gpupipe.stages.steps import StepContext
+
+    probe = StepContext(source=source, work_dir="", output_dir=out, position=seg.positions[0],
+                        backend=on)
+    if st.steps(probe) is not None:
+        from gpupipe.runner.steps import run_steps
+
+        os.makedirs(directory, exist_ok=True)
+        os.makedirs(stats_dir, exist_ok=True)
+        # the output step's finished partitions are kept while the fingerprint holds
+        write_json({"fingerprint": fp, "kind": "global", "complete": False},
+                   os.path.join(directory, "_segment.json"))
+        buckets = max(1, source.npartitions)
+        ctx = StepContext(source=source, output_dir=out, position=seg.positions[0], backend=on,
+                          stage_name=st.stage_name,
+                          work_dir=work_dir(seg.work_directory(out),
+                                             f"{fp} partitions={source.npartitions} "
+                                             f"buckets={buckets}"),
+                          buckets=buckets)
+        reports, info = run_steps(client, st, ctx, out_dir=directory, stats_dir=stats_dir,
+                                  bar=bar, label=f"[{seg.index}] {st.stage_name}",
+                                  key=f"{seg.name}-{fp}")
+        # partitions of the stage's output computed now (the other steps' tasks are in
+        # info["steps"]): what the segment's computed / reused counts mean
+        computed = sum(s["computed"] for s in info["steps"] if s.get("output"))
+    else:
+        reports = _run_dask_global(client, seg, fp, source, directory, stats_dir, bar, out, on)
+        computed, info = len(reports), None
+    write_json({"fingerprint": fp, "kind": "global", "partitions": len(reports),
+                "complete": True, "seconds": round(time.perf_counter() - t0, 4), "stage": info},
+               os.path.join(directory, "_segment.json"))
+    return reports, computed, info
+
+
+def _run_dask_global(client, seg, fp, source, directory, stats_dir, bar, out, backend):
+    """A global stage that implements ``apply`` on a Dask DataFrame (repartition)."""
+    from dask import delayed
+
+    from gpupipe.io import from_partitions
+    from gpupipe.stages.base import GlobalContext
+
+    reset(directory, stats_dir)
+    os.makedirs(directory)
+    ctx = GlobalContext(source=source, work_dir=seg.work_directory(out), output_dir=out,
+                        position=seg.positions[0], client=client, backend=backend)
+    ddf = from_partitions(FrameReader(source, ctx.backend), source.npartitions, ctx.meta(),
+                          f"gpupipe-read-{seg.name}")
+    result = seg.stages[0].apply(ddf, ctx)
+    parts = result.to_delayed()
+    writes = [delayed(write_global_partition)(p, i, out_dir=directory, stats_dir=stats_dir,
+                                              dask_key_name=f"gpupipe-write-{seg.name}-{fp}-{i}")
+              for i, p in enumerate(parts)]
+    bar.start(f"[{seg.index}] {seg.stages[0].stage_name}", len(parts))
+    futures = client.compute(writes)
+    return sorted(gather(futures, bar, seg.name), key=lambda r: r["partition"])
