@@ -22,16 +22,15 @@ from gpupipe.kernels.checks import CHECKS, run
 def load_texts(path: str, n: int, *, max_doc_bytes: int | None = None) -> pa.Array:
     """Up to ``n`` documents spread over the JSONL / Parquet files under ``path`` (every k-th
     document, deterministic), optionally cut to ``max_doc_bytes`` at a character boundary."""
+    from gpupipe.io import formats
     from gpupipe.io.files import common_root, expand_paths
-    from gpupipe.io.jsonl import JSONL_SUFFIXES, JsonlSource
-    from gpupipe.io.parquet import PARQUET_SUFFIXES, ParquetSource
 
-    files = expand_paths(path, suffixes=JSONL_SUFFIXES + PARQUET_SUFFIXES)
+    files = expand_paths(path, suffixes=formats.all_suffixes())
     root = common_root(files)
     parts = []
     for f in files:
-        cls = ParquetSource if f.endswith(PARQUET_SUFFIXES) else JsonlSource
-        frame = cls(files=(f,), root=root, on_error="skip").read(0).frame
+        source = formats.of_path(f).source(files=(f,), root=root, on_error="skip")
+        frame = source.read(0).frame
         parts.append(pa.array(frame["text"], type=pa.large_string(), from_pandas=True))
     texts = pa.chunked_array(parts, pa.large_string()).combine_chunks() if parts else pa.array(
         [], pa.large_string())

@@ -178,20 +178,18 @@ def cmd_docs(args) -> int:
 def cmd_train_tokenizer(args) -> int:
     import itertools
 
+    from gpupipe.io import formats
     from gpupipe.io.files import common_root, expand_paths
-    from gpupipe.io.jsonl import JSONL_SUFFIXES, JsonlSource
-    from gpupipe.io.parquet import PARQUET_SUFFIXES, ParquetSource
     from gpupipe.io.tokenizer import train_bpe
 
-    is_parquet = all(p.endswith(PARQUET_SUFFIXES) for p in args.input)
-    files = expand_paths(args.input, suffixes=PARQUET_SUFFIXES if is_parquet else JSONL_SUFFIXES)
-    cls = ParquetSource if is_parquet else JsonlSource
-    source = cls(files=tuple(files), root=common_root(files), text_column=args.text_column,
-                 on_error="skip")
+    files = expand_paths(args.input, suffixes=formats.all_suffixes())
+    root = common_root(files)
 
-    def texts():
-        for i in range(source.npartitions):
-            yield from source.read(i).frame["text"].tolist()
+    def texts():   # each file read by the format its name says
+        for f in files:
+            source = formats.of_path(f).source(files=(f,), root=root,
+                                               text_column=args.text_column, on_error="skip")
+            yield from source.read(0).frame["text"].tolist()
 
     stream = itertools.islice(texts(), args.max_documents) if args.max_documents else texts()
     specials = tuple(dict.fromkeys(["<|endoftext|>", "<|pad|>", *(args.special_token or [])]))

@@ -28,6 +28,8 @@ from pydantic import (
 )
 
 from gpupipe.errors import SpecError, did_you_mean
+from gpupipe.io.formats import FORMATS
+from gpupipe.io.formats import infer as infer_format
 from gpupipe.stages.base import Stage
 from gpupipe.stages.registry import all_stages, get_stage
 
@@ -39,8 +41,8 @@ class InputSpec(BaseModel):
     """Where documents come from."""
 
     model_config = _STRICT
-    format: Literal["jsonl", "parquet"] | None = Field(
-        None, description="jsonl | parquet; inferred from the file names when omitted")
+    format: Literal[tuple(FORMATS)] | None = Field(  # type: ignore[valid-type]
+        None, description=f"{' | '.join(FORMATS)}; inferred from the file names when omitted")
     path: str | list[str] = Field(description="file, directory or glob (or a list of them)")
     text_column: str = Field("text", description="field holding the document text")
     id_column: str | None = Field(
@@ -60,25 +62,8 @@ class InputSpec(BaseModel):
         return [self.path] if isinstance(self.path, str) else list(self.path)
 
     def resolved_format(self) -> str:
-        if self.format is not None:
-            return self.format
-        first = os.path.expanduser(self.paths()[0])
-        if os.path.isdir(first):   # a directory: what it holds
-            from pathlib import Path
-
-            for p in sorted(Path(first).rglob("*")):
-                name = p.name.lower()
-                if name.endswith((".parquet", ".pq")):
-                    return "parquet"
-                if ".jsonl" in name or ".json" in name:
-                    return "jsonl"
-            return "jsonl"
-        first = first.lower()
-        for suffix in (".gz", ".zst", ".zstd"):
-            first = first.removesuffix(suffix)
-        if first.endswith((".parquet", ".pq")):
-            return "parquet"
-        return "jsonl"
+        """``format``, or what the file names say (`gpupipe.io.formats.infer`)."""
+        return self.format if self.format is not None else infer_format(self.paths())
 
 
 class LocalClusterSpec(BaseModel):

@@ -17,9 +17,9 @@ NAMES = ("pandas", "cudf")
 
 
 def _register_cudf() -> None:
-    from gpupipe.backends import cudf
+    from gpupipe.backends import cudf as cudf_backend
 
-    cudf.register()
+    cudf_backend.register()
 
 
 for _op in dispatch.OPERATIONS:
@@ -34,9 +34,9 @@ def to_backend(frame, name: str):
         return dispatch.to_host(frame)
     if name != "cudf":
         raise ValueError(f"unknown backend {name!r} (known: {', '.join(NAMES)})")
-    from gpupipe.backends import cudf
+    from gpupipe.backends import cudf as cudf_backend
 
-    return cudf.from_host(frame)
+    return cudf_backend.from_host(frame)
 
 
 def meta_on(meta, backend: str):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Literal
 
 from gpupipe.io.files import common_root, expand_paths
-from gpupipe.io.jsonl import JSONL_SUFFIXES, JsonlSource, count_newlines, split_blocks
-from gpupipe.io.parquet import PARQUET_SUFFIXES, ParquetSource
+from gpupipe.io.formats import FORMATS
+from gpupipe.io.jsonl import JsonlSource, count_newlines
+from gpupipe.io.parquet import ParquetSource
 
 
 def from_partitions(read, npartitions: int, meta, label: str):
@@ -36,10 +37,9 @@ def read_jsonl(path: str | list[str], *, text_column: str = "text", id_column: s
     >>> list(ddf.columns)
     ['id', 'text']
     """
-    files = tuple(expand_paths(path, suffixes=JSONL_SUFFIXES))
-    source = JsonlSource(files=files, root=common_root(list(files)), text_column=text_column,
-                         id_column=id_column, on_error=on_error,
-                         blocks=split_blocks(files, blocksize))
+    files = tuple(expand_paths(path, suffixes=FORMATS["jsonl"].suffixes))
+    source = JsonlSource.open(files, root=common_root(list(files)), text_column=text_column,
+                              id_column=id_column, on_error=on_error, blocksize=blocksize)
     if source.needs_line_bases():
         import os
 
@@ -53,7 +53,7 @@ def read_jsonl(path: str | list[str], *, text_column: str = "text", id_column: s
 def read_parquet(path: str | list[str], *, text_column: str = "text",
                  id_column: str | None = None, on_error: Literal["fail", "skip"] = "fail"):
     """Parquet files as a Dask DataFrame with columns ``id`` and ``text`` (one partition per file)."""
-    files = expand_paths(path, suffixes=PARQUET_SUFFIXES)
+    files = expand_paths(path, suffixes=FORMATS["parquet"].suffixes)
     source = ParquetSource(files=tuple(files), root=common_root(files), text_column=text_column,
                            id_column=id_column, on_error=on_error)
     return _to_dask(source, "gpupipe-read-parquet")

@@ -28,13 +28,13 @@ def expand_paths(patterns: str | list[str], *, suffixes: tuple[str, ...] | None 
         pattern = os.path.expanduser(str(pattern))
         if os.path.isdir(pattern):
             candidates = [str(p) for p in sorted(Path(pattern).rglob("*"))
-                          if suffixes is None or p.name.endswith(suffixes)]
+                          if suffixes is None or p.name.lower().endswith(suffixes)]
             candidates = [c for c in candidates if not os.path.isdir(c)]
         elif glob.has_magic(pattern):
             # a directory a glob matches is reported only when its name looks like a data file
             candidates = [c for c in sorted(glob.glob(pattern, recursive=True))
                           if not os.path.isdir(c) or (suffixes is not None
-                                                      and c.endswith(suffixes))]
+                                                      and c.lower().endswith(suffixes))]
         else:
             candidates = [pattern] if os.path.lexists(pattern) else []
         matches = []

@@ -27,9 +27,6 @@ from gpupipe.frame import ID, STRING, TEXT, empty_frame, from_arrow, utf8_bytes
 from gpupipe.io.files import compression_of, derived_id_prefix, read_bytes
 from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
 
-JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonl.gz", ".json.gz", ".ndjson.gz",
-                  ".jsonl.zst", ".json.zst", ".ndjson.zst", ".jsonl.zstd")
-
 
 def split_blocks(files: tuple[str, ...], blocksize: int | None) -> tuple[tuple[int, int, int], ...]:
     """``(file index, start, end)`` per partition; ``end == -1`` reads the whole file.
@@ -87,6 +84,22 @@ class JsonlSource:
     line_bases: tuple[int, ...] = ()
     #: (path, why) of paths the input matched that are not readable files (on_error: skip)
     left_out: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def open(cls, files: tuple[str, ...], *, root: str, text_column: str = "text",
+             id_column: str | None = None, on_error: str = "fail",
+             left_out: tuple = (), columns: tuple[str, ...] = (),
+             blocksize: int | None = None) -> JsonlSource:
+        """The source of a run's input files: one partition per file, or per ``blocksize``
+        bytes of a large uncompressed file."""
+        if columns:
+            from gpupipe.errors import SpecError
+
+            raise SpecError(f"input.columns {list(columns)} is for Parquet input (JSON Lines "
+                            f"input reads id and text)")
+        return cls(files=tuple(files), root=root, text_column=text_column, id_column=id_column,
+                   on_error=on_error, left_out=tuple(left_out),
+                   blocks=split_blocks(tuple(files), blocksize))
 
     @property
     def npartitions(self) -> int:

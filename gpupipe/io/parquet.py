@@ -10,11 +10,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from gpupipe.errors import InputError, did_you_mean
 from gpupipe.frame import ID, TEXT, empty_frame, from_arrow
 from gpupipe.io.files import derived_id_prefix
 from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
-
-PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +27,34 @@ class ParquetSource:
     columns: tuple[str, ...] = ()
     #: (path, why) of paths the input matched that are not readable files (on_error: skip)
     left_out: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def open(cls, files: tuple[str, ...], *, root: str, text_column: str = "text",
+             id_column: str | None = None, on_error: str = "fail",
+             left_out: tuple = (), columns: tuple[str, ...] = (),
+             blocksize: int | None = None) -> ParquetSource:
+        """The source of a run's input files (one partition per file; ``blocksize`` does not
+        apply). Fails before any cluster starts when the first file lacks a configured
+        column."""
+        if files:
+            names = cls._column_names(files[0])
+            for key, col in (("text_column", text_column), ("id_column", id_column)):
+                if col is not None and col not in names:
+                    raise InputError(f"{files[0]}: no column {col!r}{did_you_mean(col, names)} "
+                                     f"(columns: {', '.join(names[:12])}); set input.{key}")
+            for col in columns:
+                if col not in names:
+                    raise InputError(f"{files[0]}: no column {col!r}{did_you_mean(col, names)} "
+                                     f"(columns: {', '.join(names[:12])}); see input.columns")
+        return cls(files=tuple(files), root=root, text_column=text_column, id_column=id_column,
+                   on_error=on_error, columns=tuple(columns), left_out=tuple(left_out))
+
+    @staticmethod
+    def _column_names(path: str) -> list[str]:
+        try:
+            return pq.read_schema(path).names
+        except Exception as e:
+            raise InputError(f"{path}: cannot read the Parquet schema ({e})") from None
 
     @property
     def npartitions(self) -> int:
@@ -109,7 +136,7 @@ class ParquetSource:
         """`read` on the GPU (`gpupipe.backends.cudf.read_parquet`, through KvikIO) for a file
         whose text and id columns are plain strings without nulls; None for anything else (the
         host reader then decides: it names corrupt files and null rows)."""
-        from gpupipe.backends import cudf as gpu
+        from gpupipe.backends import cudf as cudf_backend
         from gpupipe.backends import dispatch
 
         path = self.files[i]
@@ -123,13 +150,13 @@ class ParquetSource:
                 pa.types.is_string(schema.field(c).type) or
                 pa.types.is_large_string(schema.field(c).type) for c in strings):
             return None
-        columns = gpu.read_parquet(path, wanted, not_null=strings)
+        columns = cudf_backend.read_parquet(path, wanted, not_null=strings)
         if columns is None:
             return None
         text = columns[self.text_column]
         ids = (columns[self.id_column] if self.id_column is not None else
                self.derived_ids(path, len(text)))
-        frame = gpu.frame({ID: ids, TEXT: text, **{c: columns[c] for c in self.columns}})
+        frame = cudf_backend.frame({ID: ids, TEXT: text, **{c: columns[c] for c in self.columns}})
         stats = self._stats(path)
         stats["bytes"] = stats["text_bytes"] = dispatch.byte_size(frame[TEXT])
         stats["docs"] = len(frame)

@@ -7,8 +7,6 @@ import dataclasses
 import logging
 import os
 
-from gpupipe.io.parquet import ParquetSource
-
 log = logging.getLogger(__name__)
 
 
@@ -35,17 +33,16 @@ def make_pipeline_source(pipeline):
 
 
 def make_source(input_spec, cluster=None):
+    """The source of one input spec: its files (expanded with the endings of its format,
+    `gpupipe.io.formats`) opened by that format's source class."""
+    from gpupipe.errors import InputError
+    from gpupipe.io import formats
     from gpupipe.io.files import common_root, expand_paths
-    from gpupipe.io.jsonl import JSONL_SUFFIXES, JsonlSource
-    from gpupipe.io.parquet import PARQUET_SUFFIXES
 
-    fmt = input_spec.resolved_format()
-    suffixes = JSONL_SUFFIXES if fmt == "jsonl" else PARQUET_SUFFIXES
+    fmt = formats.get(input_spec.resolved_format())
     odd: list[tuple[str, str]] = []
-    files = tuple(expand_paths(input_spec.paths(), suffixes=suffixes, not_files=odd))
+    files = tuple(expand_paths(input_spec.paths(), suffixes=fmt.suffixes, not_files=odd))
     if odd:
-        from gpupipe.errors import InputError
-
         listing = "; ".join(f"{p}: {why}" for p, why in odd[:5]) + (
             f" (and {len(odd) - 5} more)" if len(odd) > 5 else "")
         if input_spec.on_error == "fail" or not files:
@@ -54,21 +51,11 @@ def make_source(input_spec, cluster=None):
                                  "; fix or remove them, or set `input.on_error: skip` to leave "
                                  "them out" if files else ""))
         log.warning("input: %d path(s) left out, not readable as files: %s", len(odd), listing)
-    common = dict(files=files, root=common_root(list(files)), text_column=input_spec.text_column,
-                  id_column=input_spec.id_column, on_error=input_spec.on_error,
-                  left_out=tuple(odd))
-    if fmt == "parquet":
-        _check_parquet_columns(files[0], input_spec)
-        return ParquetSource(**common, columns=tuple(input_spec.columns))
-    if input_spec.columns:
-        from gpupipe.errors import SpecError
-
-        raise SpecError(f"input.columns {input_spec.columns} is for Parquet input (JSON Lines "
-                        f"input reads id and text)")
-    from gpupipe.io.jsonl import split_blocks
-
-    blocksize = effective_blocksize(input_spec, cluster)
-    return JsonlSource(**common, blocks=split_blocks(files, blocksize))
+    return fmt.source.open(files, root=common_root(list(files)),
+                           text_column=input_spec.text_column, id_column=input_spec.id_column,
+                           on_error=input_spec.on_error, left_out=tuple(odd),
+                           columns=tuple(input_spec.columns),
+                           blocksize=effective_blocksize(input_spec, cluster))
 
 
 def effective_blocksize(input_spec, cluster=None, device_memory: int | None = None) -> int | None:
@@ -82,27 +69,6 @@ def effective_blocksize(input_spec, cluster=None, device_memory: int | None = No
         if device_memory:
             return int(device_memory * cluster.partition_fraction)
     return int(input_spec.blocksize) if input_spec.blocksize is not None else None
-
-
-def _check_parquet_columns(path: str, input_spec) -> None:
-    """Fail before any cluster starts when the first file lacks the configured columns."""
-    import pyarrow.parquet as pq
-
-    from gpupipe.errors import InputError, did_you_mean
-
-    try:
-        names = pq.read_schema(path).names
-    except Exception as e:
-        raise InputError(f"{path}: cannot read the Parquet schema ({e})") from None
-    for key in ("text_column", "id_column"):
-        col = getattr(input_spec, key)
-        if col is not None and col not in names:
-            raise InputError(f"{path}: no column {col!r}{did_you_mean(col, names)} "
-                             f"(columns: {', '.join(names[:12])}); set input.{key}")
-    for col in input_spec.columns:
-        if col not in names:
-            raise InputError(f"{path}: no column {col!r}{did_you_mean(col, names)} "
-                             f"(columns: {', '.join(names[:12])}); see input.columns")
 
 
 def count_block_lines(client, source, bar):
