@@ -10,18 +10,14 @@ from gpupipe.io.jsonl import JsonlSource, count_newlines
 from gpupipe.io.parquet import ParquetSource
 
 
-def from_partitions(read, npartitions: int, meta, label: str):
-    """A Dask DataFrame whose partition ``i`` is ``read(i)`` (a picklable callable)."""
+def _to_dask(source, label: str):
+    """A Dask DataFrame whose partition ``i`` is ``source.read(i).frame``."""
     import dask.dataframe as dd
 
-    return dd.from_map(read, list(range(npartitions)), meta=meta, enforce_metadata=False,
-                       label=label)
-
-
-def _to_dask(source, label: str):
     from gpupipe.io.source import FrameReader
 
-    return from_partitions(FrameReader(source), source.npartitions, source.meta(), label)
+    return dd.from_map(FrameReader(source), list(range(source.npartitions)),
+                       meta=source.meta(), enforce_metadata=False, label=label)
 
 
 def read_jsonl(path: str | list[str], *, text_column: str = "text", id_column: str | None = None,
@@ -59,4 +55,4 @@ def read_parquet(path: str | list[str], *, text_column: str = "text",
     return _to_dask(source, "gpupipe-read-parquet")
 
 
-__all__ = ["JsonlSource", "ParquetSource", "from_partitions", "read_jsonl", "read_parquet"]
+__all__ = ["JsonlSource", "ParquetSource", "read_jsonl", "read_parquet"]

@@ -90,21 +90,18 @@ def check_output_apart(pipeline, source) -> None:
 def _check_stages(pipeline) -> None:
     """Each stage's `Stage.check`, before any data is read: a model that does not fit its
     parameters stops the run here, not after hours of earlier stages."""
+    from gpupipe.stages.base import CheckContext
+
     stages = pipeline.all_stages()
+    columns = frozenset(c for spec in pipeline.sources().values() for c in spec.columns)
     for pos, st in enumerate(stages):
         try:
-            note = st.check()
-            if hasattr(st, "check_inputs"):
-                st.check_inputs(stages[:pos], _input_columns(pipeline))
+            note = st.check(CheckContext(output_dir=pipeline.output.path, position=pos,
+                                         earlier=tuple(stages[:pos]), input_columns=columns))
         except ValueError as e:
             raise SpecError(f"stage {pos} ({st.stage_name}): {e}") from None
         if note:
             log.info("%d: %s: %s", pos, st.stage_name, note)
-
-
-def _input_columns(pipeline) -> set[str]:
-    """Columns the input carries besides id and text (``input.columns``, Parquet)."""
-    return {c for spec in pipeline.sources().values() for c in spec.columns}
 
 
 def execute(pipeline, *, client=None, workers: int | None = None,
@@ -125,7 +122,6 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     identity = input_identity(pipeline, source)
     fps = fingerprints(segments, identity, vers["gpupipe"])
     out = pipeline.output.path
-    _check_global_stages(pipeline, out)
     _check_stages(pipeline)
     check_output_apart(pipeline, source)
     prepare_output(out, pipeline.output.overwrite)
@@ -179,16 +175,6 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     }
     write_json(summary, os.path.join(out, "run.json"))
     return summary
-
-
-def _check_global_stages(pipeline, out: str) -> None:
-    """Plan every global stage's steps before any work, so that what they refuse (an earlier
-    run's index built with other parameters) stops the run before the first stage runs."""
-    from gpupipe.stages.steps import StepContext
-
-    for pos, st in enumerate(pipeline.all_stages()):
-        if st.kind == "global":
-            st.steps(StepContext(source=None, work_dir="", output_dir=out, position=pos))
 
 
 def _warn_conversions(pipeline, backend: str) -> None:

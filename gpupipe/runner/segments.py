@@ -9,7 +9,6 @@ import os
 import time
 
 from gpupipe.io.parquet import ParquetSource
-from gpupipe.io.source import FrameReader
 from gpupipe.io.writer import write_json
 from gpupipe.runner.cluster import gather
 from gpupipe.runner.plan import Segment, rejected_directory
@@ -19,7 +18,6 @@ from gpupipe.runner.tasks import (
     marker_path,
     part_name,
     run_row_partition,
-    write_global_partition,
 )
 
 log = logging.getLogger(__name__)
@@ -201,58 +199,28 @@ def _run_global_segment(client, seg, fp, source, directory, stats_dir, state, ba
             return reports, 0, state.get("stage")
     t0 = time.perf_counter()
     on = st.runs_on(backend)
+    from gpupipe.runner.steps import run_steps
     from gpupipe.stages.steps import StepContext
 
-    probe = StepContext(source=source, work_dir="", output_dir=out, position=seg.positions[0],
-                        backend=on)
-    if st.steps(probe) is not None:
-        from gpupipe.runner.steps import run_steps
-
-        os.makedirs(directory, exist_ok=True)
-        os.makedirs(stats_dir, exist_ok=True)
-        # the output step's finished partitions are kept while the fingerprint holds
-        write_json({"fingerprint": fp, "kind": "global", "complete": False},
-                   os.path.join(directory, "_segment.json"))
-        buckets = max(1, source.npartitions)
-        ctx = StepContext(source=source, output_dir=out, position=seg.positions[0], backend=on,
-                          stage_name=st.stage_name,
-                          work_dir=work_dir(seg.work_directory(out),
-                                             f"{fp} partitions={source.npartitions} "
-                                             f"buckets={buckets}"),
-                          buckets=buckets)
-        reports, info = run_steps(client, st, ctx, out_dir=directory, stats_dir=stats_dir,
-                                  bar=bar, label=f"[{seg.index}] {st.stage_name}",
-                                  key=f"{seg.name}-{fp}")
-        # partitions of the stage's output computed now (the other steps' tasks are in
-        # info["steps"]): what the segment's computed / reused counts mean
-        computed = sum(s["computed"] for s in info["steps"] if s.get("output"))
-    else:
-        reports = _run_dask_global(client, seg, fp, source, directory, stats_dir, bar, out, on)
-        computed, info = len(reports), None
+    os.makedirs(directory, exist_ok=True)
+    os.makedirs(stats_dir, exist_ok=True)
+    # the output step's finished partitions are kept while the fingerprint holds
+    write_json({"fingerprint": fp, "kind": "global", "complete": False},
+               os.path.join(directory, "_segment.json"))
+    buckets = max(1, source.npartitions)
+    ctx = StepContext(source=source, output_dir=out, position=seg.positions[0], backend=on,
+                      stage_name=st.stage_name,
+                      work_dir=work_dir(seg.work_directory(out),
+                                         f"{fp} partitions={source.npartitions} "
+                                         f"buckets={buckets}"),
+                      buckets=buckets)
+    reports, info = run_steps(client, st, ctx, out_dir=directory, stats_dir=stats_dir,
+                              bar=bar, label=f"[{seg.index}] {st.stage_name}",
+                              key=f"{seg.name}-{fp}")
+    # partitions of the stage's output computed now (the other steps' tasks are in
+    # info["steps"]): what the segment's computed / reused counts mean
+    computed = sum(s["computed"] for s in info["steps"] if s.get("output"))
     write_json({"fingerprint": fp, "kind": "global", "partitions": len(reports),
                 "complete": True, "seconds": round(time.perf_counter() - t0, 4), "stage": info},
                os.path.join(directory, "_segment.json"))
     return reports, computed, info
-
-
-def _run_dask_global(client, seg, fp, source, directory, stats_dir, bar, out, backend):
-    """A global stage that implements ``apply`` on a Dask DataFrame (repartition)."""
-    from dask import delayed
-
-    from gpupipe.io import from_partitions
-    from gpupipe.stages.base import GlobalContext
-
-    reset(directory, stats_dir)
-    os.makedirs(directory)
-    ctx = GlobalContext(source=source, work_dir=seg.work_directory(out), output_dir=out,
-                        position=seg.positions[0], client=client, backend=backend)
-    ddf = from_partitions(FrameReader(source, ctx.backend), source.npartitions, ctx.meta(),
-                          f"gpupipe-read-{seg.name}")
-    result = seg.stages[0].apply(ddf, ctx)
-    parts = result.to_delayed()
-    writes = [delayed(write_global_partition)(p, i, out_dir=directory, stats_dir=stats_dir,
-                                              dask_key_name=f"gpupipe-write-{seg.name}-{fp}-{i}")
-              for i, p in enumerate(parts)]
-    bar.start(f"[{seg.index}] {seg.stages[0].stage_name}", len(parts))
-    futures = client.compute(writes)
-    return sorted(gather(futures, bar, seg.name), key=lambda r: r["partition"])

@@ -12,6 +12,7 @@ import pyarrow as pa
 from gpupipe.backends import dispatch
 from gpupipe.faults import failpoint
 from gpupipe.frame import TEXT
+from gpupipe.io import rundir
 from gpupipe.io.writer import write_json, write_npy, write_parquet
 from gpupipe.runner.stats import profile
 from gpupipe.runner.tasks import _touch, marker_path, part_name, source_counts
@@ -53,8 +54,23 @@ def _write_outputs(step, ctx: StepContext, i: int, out: Output) -> None:
             write_npy(value, ctx.side(step.name, name, i, "npy"))
 
 
+def _write_side_outputs(ctx: StepContext, i: int, out: Output, index_of: str | None) -> None:
+    """The output step's audit rows and index partition, where the run directory has them."""
+    if out.audit is not None and out.audit.num_rows:
+        write_parquet(out.audit, rundir.audit_file(ctx.output_dir, ctx.label, i))
+    if out.index and index_of is None:
+        raise TypeError(f"{ctx.stage_name}: the drop step returns an index but the stage has "
+                        f"no index_params()")
+    for suffix, value in out.index.items():
+        path = rundir.index_file(ctx.output_dir, index_of, i, suffix)
+        if hasattr(value, "schema"):
+            write_parquet(value, path)
+        else:
+            write_npy(value, path)
+
+
 def run_task(i: int, *, step, ctx: StepContext, out_dir: str | None = None,
-             stats_dir: str | None = None) -> dict:
+             stats_dir: str | None = None, index_of: str | None = None) -> dict:
     """Task ``i`` of a `Map` or `Reduce`: call the step, write its files, then its marker."""
     t0 = time.perf_counter()
     if isinstance(step, Reduce):
@@ -65,6 +81,7 @@ def run_task(i: int, *, step, ctx: StepContext, out_dir: str | None = None,
     _write_outputs(step, ctx, i, out)
     report = {"partition": i, "counters": out.counters, "drops": out.drops}
     if step.output:
+        _write_side_outputs(ctx, i, out, index_of)
         frame = out.table.reset_index(drop=True)
         report.update(docs_out=len(frame), bytes_out=dispatch.byte_size(frame[TEXT]),
                       profile=profile(frame))
@@ -86,7 +103,7 @@ def _task_count(step, ctx: StepContext) -> int:
     if isinstance(step, Reduce):
         return ctx.buckets
     if step.items is not None:
-        return step.items
+        return step.items(ctx) if callable(step.items) else step.items
     if step.over is not None:
         return len(ctx.files(step.over))
     return ctx.npartitions
@@ -107,6 +124,19 @@ def _done_report(step, ctx, i, out_dir, stats_dir) -> dict | None:
         return None
 
 
+def _start_side_outputs(stage, ctx: StepContext, index_of: str | None, fresh: bool) -> None:
+    """Before the output step: its index is uncommitted (no manifest) until every partition
+    is written; a step starting afresh first clears what an earlier run of the stage left."""
+    if index_of is not None:
+        manifest = os.path.join(rundir.index_dir(ctx.output_dir, index_of), "manifest.json")
+        if os.path.exists(manifest):
+            os.remove(manifest)
+    if fresh:
+        rundir.clear_audit(ctx.output_dir, ctx.label)
+        if index_of is not None:
+            rundir.clear_index(ctx.output_dir, index_of)
+
+
 def run_steps(client, stage, ctx: StepContext, *, out_dir: str, stats_dir: str, bar,
               label: str, key: str) -> tuple[list[dict], dict]:
     """Run ``stage``'s steps. Returns (the output step's per-partition reports, stage info:
@@ -114,6 +144,7 @@ def run_steps(client, stage, ctx: StepContext, *, out_dir: str, stats_dir: str, 
     from gpupipe.runner.cluster import gather
 
     steps = list(stage.steps(ctx))
+    index_of = stage.stage_name if stage.index_params() is not None else None
     if not steps or not isinstance(steps[-1], Map) or not steps[-1].output:
         raise TypeError(f"{stage.stage_name}: the last step must be a Map with output=True")
     for k, step in enumerate(steps):
@@ -146,9 +177,11 @@ def run_steps(client, stage, ctx: StepContext, *, out_dir: str, stats_dir: str, 
             found = {i: _done_report(step, ctx, i, out_dir, stats_dir) for i in range(n)}
             old = [r for r in found.values() if r is not None]
             todo = [i for i, r in found.items() if r is None]
+            if step.output:
+                _start_side_outputs(stage, ctx, index_of, fresh=not old)
             bar.start(f"{label}: {step.name}", n, len(old))
             futures = client.map(run_task, todo, step=step, ctx=ctx, out_dir=out_dir,
-                                 stats_dir=stats_dir, pure=False,
+                                 stats_dir=stats_dir, index_of=index_of, pure=False,
                                  key=[f"gpupipe-{key}-{step.name}-{i}" for i in todo])
             step_reports = old + gather(futures, bar, f"{label}/{step.name}")
             computed = len(todo)
@@ -162,6 +195,9 @@ def run_steps(client, stage, ctx: StepContext, *, out_dir: str, stats_dir: str, 
         info.append({**entry, "computed": computed, **({"output": True} if step.output else {})})
         if step.output:
             reports = sorted(step_reports, key=lambda r: r["partition"])
+            if index_of is not None:   # last, as the index's commit marker
+                failpoint(f"index/{stage.stage_name}")
+                rundir.commit_index(ctx.output_dir, index_of, stage.index_params(), n)
         else:
             write_json(entry, complete)
             failpoint(f"step-done/{stage.stage_name}/{step.name}")

@@ -123,16 +123,6 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
     return report
 
 
-def write_global_partition(df, i: int, *, out_dir: str, stats_dir: str) -> dict:
-    report = {"partition": i, "docs_out": len(df), "bytes_out": dispatch.byte_size(df[TEXT]),
-              "profile": profile(df)}
-    write_parquet(dispatch.arrow_table(df.reset_index(drop=True)),
-                  os.path.join(out_dir, part_name(i) + ".parquet"))
-    write_json(report, os.path.join(stats_dir, part_name(i) + ".json"))
-    _touch(marker_path(out_dir, i))
-    return report
-
-
 def _touch(path: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w"):

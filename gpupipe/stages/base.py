@@ -80,6 +80,20 @@ def field_default(f: dataclasses.Field):
 
 
 @dataclasses.dataclass(frozen=True)
+class CheckContext:
+    """What `Stage.check` is told about the run before any data is read."""
+
+    #: the run directory
+    output_dir: str | None = None
+    #: position of the stage in the pipeline
+    position: int = 0
+    #: the stages before it
+    earlier: tuple = ()
+    #: columns the input carries besides id and text (``input.columns``)
+    input_columns: frozenset = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
 class StageResult:
     frame: pd.DataFrame
     drops: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -151,10 +165,11 @@ class Stage:
         """Lines ``explain`` shows under the stage (settings derived from the parameters)."""
         return []
 
-    def check(self) -> str | None:
+    def check(self, ctx: CheckContext | None = None) -> str | None:
         """Called once on the client before any data is read: check what the parameters name
-        (model files, their inputs and classes) and raise ``ValueError`` with a message for the
-        user when something does not fit. Returns a line for the log, or None."""
+        (model files, their inputs and classes, earlier runs' indexes) and what comes before
+        the stage (``ctx``), and raise ``ValueError`` (or `gpupipe.SpecError`) with a message
+        for the user when something does not fit. Returns a line for the log, or None."""
         return None
 
     def prepare(self) -> str | None:
@@ -265,50 +280,20 @@ def first_failure(checks: list[np.ndarray | None], n: int) -> np.ndarray:
     return codes
 
 
-@dataclasses.dataclass
-class GlobalContext:
-    """What the runner gives a global stage besides the data."""
-
-    #: reads partition ``i`` of the stage's input: ``source.read(i).frame``
-    source: Any
-    #: scratch directory for this stage's intermediate files (inside its checkpoint)
-    work_dir: str
-    #: the run directory (``dedup/`` and ``rejected/`` live there)
-    output_dir: str
-    #: position of the stage in the pipeline
-    position: int
-    #: the `distributed.Client` the run uses
-    client: Any = None
-    #: the backend the stage runs on ("pandas" or "cudf"); read partitions with `read`
-    backend: str = "pandas"
-
-    def read(self, i: int):
-        """Partition ``i`` of the stage's input as a frame of `backend`."""
-        from gpupipe.io.source import read_partition
-
-        return read_partition(self.source, i, self.backend).frame
-
-    def meta(self):
-        """An empty frame of the stage's input on `backend` (Dask ``meta``)."""
-        from gpupipe.backends import meta_on
-
-        return meta_on(self.source.meta(), self.backend)
-
-
 class GlobalStage(Stage):
     """A stage that needs the whole dataset.
 
     It declares its work as `gpupipe.stages.steps` (``steps``), which the runner executes,
-    checkpoints and resumes; or, for a plain Dask DataFrame operation, implements ``apply``.
+    checkpoints and resumes, merging their counters; the stage never sees Dask.
     """
 
     kind: ClassVar[Literal["row", "global"]] = "global"
 
-    def steps(self, ctx) -> list | None:
-        """The stage's steps (`gpupipe.stages.steps`), given a `StepContext`; None to use
-        `apply` instead."""
-        return None
-
-    def apply(self, ddf, ctx: GlobalContext | None = None):
-        """``ddf``: a dask.dataframe.DataFrame (not imported: stages stay Dask-free)."""
+    def steps(self, ctx) -> list:
+        """The stage's steps (`gpupipe.stages.steps`), given a `StepContext`."""
         raise NotImplementedError
+
+    def index_params(self) -> dict | None:
+        """What the index this stage leaves for later runs depends on (written in its
+        manifest, checked by a later run's ``against``), or None when it leaves none."""
+        return None

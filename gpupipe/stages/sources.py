@@ -60,8 +60,8 @@ class ForSource(RowStage):
     def explain_notes(self) -> list[str]:
         return self.inner.explain_notes()
 
-    def check(self):
-        return self.inner.check()
+    def check(self, ctx=None):
+        return self.inner.check(ctx)
 
     def prepare(self):
         return self.inner.prepare()

@@ -15,8 +15,9 @@ the cluster. The vocabulary:
   once and is small (a graph of candidate pairs); its table can be split by a partition column
   for the next `Map`.
 
-The last step of a stage is a `Map` over the stage's input partitions with ``output=True``: its
-frame (pandas or cuDF) is partition ``i`` of the stage's result.
+The last step of a stage is a `Map` with ``output=True``: its frame (pandas or cuDF) is partition
+``i`` of the stage's result (one per input partition, or ``items`` of them), and its audit and
+index rows are side outputs the runner places in the run directory.
 
 Every task writes its files, then a marker with its counters; an interrupted stage resumes at
 the first task without a marker. The counters every task returns are summed into the stage's
@@ -48,6 +49,13 @@ class Output:
     counters: dict[str, int | float] = dataclasses.field(default_factory=dict)
     #: rows removed, by reason (output step)
     drops: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: output step: audit rows of the removed documents (``AUDIT_SCHEMA`` of the dedup stages),
+    #: which the runner writes to ``dedup/duplicates.parquet/<position>-<stage>-part-i.parquet``
+    audit: Any = None
+    #: output step: partition ``i`` of the index this run leaves for later runs, suffix -> Arrow
+    #: table or numpy array; the runner writes ``dedup/index/<stage>/part-i.<suffix>`` and,
+    #: when every partition is written, the index's manifest (`GlobalStage.index_params`)
+    index: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +69,9 @@ class Map:
     shuffle_on: tuple[str, ...] = ()
     #: an integer column in ``[0, ctx.npartitions)``: bucket ``i`` holds the rows with value ``i``
     split_by: str | None = None
-    #: tasks when ``over`` is neither the input nor a step (``fn(ctx, i)`` for i < items)
-    items: int | None = None
+    #: tasks when ``over`` is neither the input nor a step (``fn(ctx, i)`` for i < items): a
+    #: number, or ``items(ctx)`` when an earlier step decides it (repartition's output)
+    items: int | Callable[[Any], int] | None = None
     #: the task's frame is partition ``i`` of the stage's result
     output: bool = False
     kind = "map"
@@ -123,6 +132,11 @@ class StepContext:
     @property
     def npartitions(self) -> int:
         return self.source.npartitions
+
+    @property
+    def label(self) -> str:
+        """``<position>:<stage>``, how the audit names the stage."""
+        return f"{self.position}:{self.stage_name}"
 
     def read(self, i: int):
         """Partition ``i`` of the stage's input as a frame of `backend`."""

@@ -101,7 +101,7 @@ def test_global_stage_materialises_a_checkpoint(client, tmp_path, small_corpus):
                                          "02-length_filter"]
     assert [s["partitions"] for s in segs] == [3, 2, 2]
     ck = tmp_path / "o" / "checkpoints"
-    assert sorted(os.listdir(ck)) == ["00-normalize_text", "01-repartition"]
+    assert sorted(os.listdir(ck)) == ["00-normalize_text", "01-repartition", "01-repartition.work"]
     assert len([f for f in os.listdir(ck / "01-repartition") if f.endswith(".parquet")]) == 2
     flat = pipeline(small_corpus, tmp_path / "flat").run(client=client, progress=False)
     assert read_rows(res.data_path) == read_rows(flat.data_path)  # order kept

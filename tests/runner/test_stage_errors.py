@@ -130,3 +130,35 @@ def test_a_full_disk_is_a_clear_error_and_leaves_no_partial_file(tmp_path):
             pq.read_metadata(p)
 
     assert json.loads((tmp_path / "o" / "run.json").read_text())["status"] == "failed"
+
+
+def batch_limit_stage():
+    from gpupipe.stages import Transform, stage
+    from gpupipe.stages.registry import all_stages
+
+    if "batch_limit_demo" not in all_stages():
+        @stage("batch_limit_demo")
+        class BatchLimit(Transform):
+            """Fails on a call with more than 16 rows (a limit of a model server, say)."""
+
+            def transform(self, df):
+                if len(df) > 16:
+                    raise RuntimeError(f"batch of {len(df)} rows is over the limit of 16")
+                return df.assign(text=df["text"].str.upper())
+
+    return all_stages()["batch_limit_demo"]()
+
+
+def test_a_stage_failing_on_a_whole_partition_but_on_no_half_loses_nothing(
+        client, corpus, tmp_path):
+    """Was: the bisection found no failing document and crashed on ``pd.concat([])``. Now the
+    halves' results stand, nothing is set aside, and no errors file is written."""
+    res = gp.Pipeline(input={"path": str(corpus), "id_column": "id", "on_error": "skip"},
+                      output=str(tmp_path / "o"), stages=[batch_limit_stage()]).run(
+        client=client, progress=False)
+    data = res.to_pandas()
+    assert data["id"].tolist() == [f"d{k:03d}" for k in range(60)]
+    assert (data["text"] == data["text"].str.upper()).all()
+    assert res.stage("batch_limit_demo")["drops"] == {}
+    assert not (tmp_path / "o" / "rejected" / "batch_limit_demo").exists()
+    assert res.summary["accounting"]["balanced"]

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 from typing import Literal
@@ -15,6 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpupipe.errors import SpecError
+from gpupipe.io.rundir import INDEX_FORMAT, index_dir
+from gpupipe.stages.steps import Output
 
 Keep = Literal["first", "longest", "shortest_id"]
 POS = "_gp_part"   # partition of the stage input a row came from
@@ -25,7 +26,6 @@ ROW = "_gp_row"    # row number inside that partition
 #: ``OLD_BASE + k << OLD_RUN_SHIFT + p``
 OLD_BASE = 1 << 30
 OLD_RUN_SHIFT = 22
-INDEX_FORMAT = "gpupipe-dedup-index"
 
 
 def doc_codes(part: int, n: int) -> np.ndarray:
@@ -81,20 +81,6 @@ def group_losers(frame: pd.DataFrame, group_cols: list[str], keep: Keep) -> pd.D
 
 # --- the audit: dedup/duplicates.parquet ------------------------------------------------------
 
-def audit_dir(output_dir: str) -> str:
-    return os.path.join(output_dir, "dedup", "duplicates.parquet")
-
-
-def audit_prefix(label: str) -> str:
-    return label.replace(":", "-")
-
-
-def clear_audit(output_dir: str, label: str) -> None:
-    """Remove this stage's audit files of an earlier run (the partition count may differ)."""
-    for f in glob.glob(os.path.join(audit_dir(output_dir), f"{audit_prefix(label)}-part-*.parquet")):
-        os.remove(f)
-
-
 #: every audit file has these columns, so the directory reads as one table (pandas, Dask,
 #: Arrow datasets take the schema of the first file)
 AUDIT_SCHEMA = pa.schema([("id", pa.string()), ("duplicate_of", pa.string()),
@@ -124,43 +110,35 @@ def audit_table(lost: pd.DataFrame, label: str, runs: list[str]) -> pa.Table:
     }, schema=AUDIT_SCHEMA)
 
 
-def drop_rows(ctx, i: int, lost: pa.Table | None, label: str, runs: list[str]):
-    """Partition ``i`` of the stage input without the ``lost`` rows (``_gp_row``), writing their
-    audit rows. Returns (frame, kept mask, number dropped)."""
-    from gpupipe.backends import dispatch
-    from gpupipe.io.writer import write_parquet
+class DropLosers:
+    """The output step of a dedup stage (``drop``): partition ``i`` of the stage input without
+    the documents that lost (bucket ``i`` of step ``losers``, rows ``_gp_row``). The runner
+    writes what it returns: the kept rows, the audit rows of the removed ones, and, with
+    ``index`` (``index(ctx, i, frame, kept mask) -> {suffix: table or array}``), partition ``i``
+    of this run's index for later runs."""
 
-    frame = ctx.read(i)
-    mask = np.ones(len(frame), dtype=bool)
-    if lost is None or lost.num_rows == 0:
-        return frame, mask, 0
-    lost = lost.to_pandas().sort_values(ROW, kind="stable")
-    mask[lost[ROW].to_numpy()] = False
-    write_parquet(audit_table(lost, label, runs),
-                  os.path.join(audit_dir(ctx.output_dir),
-                               f"{audit_prefix(label)}-part-{i:05d}.parquet"))
-    return dispatch.filter_rows(frame, mask), mask, len(lost)
+    def __init__(self, reason: str, losers: str, label: str, runs: list[str], index=None):
+        self.reason, self.losers, self.label, self.runs = reason, losers, label, runs
+        self.index = index
+
+    def __call__(self, ctx, i: int) -> Output:
+        from gpupipe.backends import dispatch
+
+        frame = ctx.read(i)
+        lost = ctx.bucket(self.losers, i)
+        mask = np.ones(len(frame), dtype=bool)
+        audit = None
+        if lost is not None and lost.num_rows:
+            lost = lost.to_pandas().sort_values(ROW, kind="stable")
+            mask[lost[ROW].to_numpy()] = False
+            audit = audit_table(lost, self.label, self.runs)
+            frame = dispatch.filter_rows(frame, mask)
+        n = int((~mask).sum())
+        return Output(frame, drops={self.reason: n} if n else {}, audit=audit,
+                      index=self.index(ctx, i, frame, mask) if self.index is not None else {})
 
 
 # --- the index of kept documents for later runs ------------------------------------------------
-
-def index_dir(output_dir: str, stage_name: str) -> str:
-    return os.path.join(output_dir, "dedup", "index", stage_name)
-
-
-def start_index(output_dir: str, stage_name: str, params: dict, partitions: int) -> None:
-    """Clear this run's index of ``stage_name`` and write its manifest (what a later run checks
-    before it uses the index)."""
-    import shutil
-
-    from gpupipe.io.writer import write_json
-
-    d = index_dir(output_dir, stage_name)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    write_json({"format": INDEX_FORMAT, "version": 1, "stage": stage_name, "params": params,
-                "partitions": partitions}, os.path.join(d, "manifest.json"))
-
 
 def open_indexes(against: list[str], stage_name: str, params: dict,
                  output_dir: str | None = None) -> list[dict]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import os
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -12,29 +10,25 @@ import pyarrow as pa
 
 from gpupipe.backends import dispatch
 from gpupipe.frame import ID, TEXT, text_array
-from gpupipe.io.writer import write_parquet
 from gpupipe.kernels.hashing import xxh64_strings
 from gpupipe.kernels.utf8 import utf8_buffers
 from gpupipe.stages.base import GlobalStage, stage
 from gpupipe.stages.dedup.common import (
     POS,
     ROW,
+    DropLosers,
     Keep,
     against_identity,
-    clear_audit,
     doc_codes,
-    drop_rows,
     group_losers,
-    index_dir,
     index_parts,
     is_old,
     old_part,
     open_indexes,
     read_index_part,
     split_codes,
-    start_index,
 )
-from gpupipe.stages.steps import Map, OnClient, Output, Reduce
+from gpupipe.stages.steps import Map, Output, Reduce
 
 
 def normalized_texts(df, normalize: bool) -> pa.Array:
@@ -151,6 +145,10 @@ class ExactDedup(GlobalStage):
     def index_params(self) -> dict:
         return {"hash": self.hash, "normalize": self.normalize}
 
+    def check(self, ctx=None) -> None:
+        open_indexes(self.against, self.stage_name, self.index_params(),
+                     ctx.output_dir if ctx is not None else None)
+
     def steps(self, ctx):
         indexes = open_indexes(self.against, self.stage_name, self.index_params(),
                                ctx.output_dir)
@@ -161,25 +159,13 @@ class ExactDedup(GlobalStage):
             *([Map("earlier", EarlierKeys(indexes), items=len(index_parts(indexes)),
                    shuffle_on=("h1", "h2"))] if indexes else []),
             Reduce("losers", ExactLosers(self.keep), of=keyed, split_by=POS),
-            OnClient("prepare", functools.partial(_prepare, self.stage_name, label,
-                                                  self.index_params())),
-            Map("drop", functools.partial(_drop, label, [ix["run"] for ix in indexes],
-                                          self.stage_name), output=True),
+            Map("drop", DropLosers("exact_duplicate", "losers", label,
+                                   [ix["run"] for ix in indexes], index=_index), output=True),
         ]
 
 
-def _prepare(stage_name: str, label: str, params: dict, ctx) -> Output:
-    clear_audit(ctx.output_dir, label)
-    start_index(ctx.output_dir, stage_name, params, ctx.npartitions)
-    return Output()
-
-
-def _drop(label: str, runs: list[str], stage_name: str, ctx, i: int) -> Output:
-    """Step ``drop``: partition ``i`` without its losers; the kept documents' hashes and ids
-    become partition ``i`` of this run's index."""
-    frame, mask, n = drop_rows(ctx, i, ctx.bucket("losers", i), label, runs)
+def _index(ctx, i: int, frame, mask) -> dict:
+    """Partition ``i`` of this run's index: the kept documents' hashes and ids."""
     hashes = np.load(ctx.side("keys", "hashes", i, "npy"))[mask]
     ids = text_array(dispatch.to_host(frame[[ID]])[ID]).cast(pa.string())
-    write_parquet(pa.table({"h1": hashes[:, 0], "h2": hashes[:, 1], "id": ids}),
-                  os.path.join(index_dir(ctx.output_dir, stage_name), f"part-{i:05d}.parquet"))
-    return Output(frame, drops={"exact_duplicate": n} if n else {})
+    return {"parquet": pa.table({"h1": hashes[:, 0], "h2": hashes[:, 1], "id": ids})}

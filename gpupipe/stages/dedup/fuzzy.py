@@ -19,7 +19,6 @@ Steps (`gpupipe.stages.steps`), each checkpointed by the runner:
 from __future__ import annotations
 
 import functools
-import os
 from typing import Annotated, ClassVar, Literal
 
 import numpy as np
@@ -30,18 +29,15 @@ import pyarrow.parquet as pq
 from pydantic import Field
 
 from gpupipe.frame import ID, TEXT, text_array
-from gpupipe.io.writer import write_npy, write_parquet
 from gpupipe.stages.base import GlobalStage, stage
 from gpupipe.stages.dedup.common import (
     OLD_BASE,
     POS,
     ROW,
+    DropLosers,
     Keep,
     against_identity,
-    clear_audit,
     doc_codes,
-    drop_rows,
-    index_dir,
     index_parts,
     index_path,
     is_old,
@@ -49,7 +45,6 @@ from gpupipe.stages.dedup.common import (
     open_indexes,
     rank_order,
     split_codes,
-    start_index,
 )
 from gpupipe.stages.steps import Map, OnClient, Output, Reduce, read_file
 
@@ -566,6 +561,13 @@ class FuzzyDedup(GlobalStage):
     def identity(self) -> dict:
         return {"against": against_identity(self.against, self.stage_name)} if self.against else {}
 
+    def index_params(self) -> dict:
+        return self.config()
+
+    def check(self, ctx=None) -> None:
+        open_indexes(self.against, self.stage_name, self.config(),
+                     ctx.output_dir if ctx is not None else None)
+
     def explain_notes(self) -> list[str]:
         cfg = self.config()
         mode = self.verification()
@@ -619,25 +621,14 @@ class FuzzyDedup(GlobalStage):
                       Map("jaccard", TrueJaccard(threshold), over="pairs")]
             edges = "jaccard"
         steps += [OnClient("select", Select(self.keep, indexes, edges), split_by=POS),
-                  OnClient("prepare", functools.partial(_prepare, self.stage_name, label, cfg)),
-                  Map("drop", functools.partial(_drop, label, [ix["run"] for ix in indexes],
-                                                self.stage_name), output=True)]
+                  Map("drop", DropLosers("near_duplicate", "select", label,
+                                         [ix["run"] for ix in indexes], index=_index),
+                      output=True)]
         return steps
 
 
-def _prepare(stage_name: str, label: str, cfg: dict, ctx) -> Output:
-    clear_audit(ctx.output_dir, label)
-    start_index(ctx.output_dir, stage_name, cfg, ctx.npartitions)
-    return Output()
-
-
-def _drop(label: str, runs: list[str], stage_name: str, ctx, i: int) -> Output:
-    """Step ``drop``: partition ``i`` without its removed documents; the signatures and ids of
-    the kept ones become partition ``i`` of this run's index."""
-    frame, mask, n = drop_rows(ctx, i, ctx.bucket("select", i), label, runs)
+def _index(ctx, i: int, frame, mask) -> dict:
+    """Partition ``i`` of this run's index: the kept documents' signatures and ids."""
     sig = np.load(ctx.side("signatures", "sig", i, "npy"))[mask]
     ids = pq.read_table(ctx.side("signatures", "meta", i, "parquet"))["id"].filter(pa.array(mask))
-    d = index_dir(ctx.output_dir, stage_name)
-    write_npy(sig, os.path.join(d, f"part-{i:05d}.sig.npy"))
-    write_parquet(pa.table({"id": ids}), os.path.join(d, f"part-{i:05d}.parquet"))
-    return Output(frame, drops={"near_duplicate": n} if n else {})
+    return {"sig.npy": sig, "parquet": pa.table({"id": ids})}

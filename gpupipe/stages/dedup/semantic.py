@@ -17,9 +17,8 @@ from gpupipe.stages.base import GlobalStage, stage
 from gpupipe.stages.dedup.common import (
     POS,
     ROW,
-    clear_audit,
+    DropLosers,
     doc_codes,
-    drop_rows,
     rank_order,
     split_codes,
 )
@@ -220,16 +219,6 @@ class Select:
                                 kind="stable").index.to_numpy()
 
 
-def _prepare(label: str, ctx) -> Output:
-    clear_audit(ctx.output_dir, label)
-    return Output()
-
-
-def _drop(label: str, ctx, i: int) -> Output:
-    frame, _, n = drop_rows(ctx, i, ctx.bucket("select", i), label, [])
-    return Output(frame, drops={"semantic_duplicate": n} if n else {})
-
-
 @stage("semantic_dedup")
 class SemanticDedup(GlobalStage):
     """Remove semantic near-duplicates (SemDeDup, Abbas et al. 2023) using an embedding column
@@ -258,12 +247,12 @@ class SemanticDedup(GlobalStage):
     max_fit_docs: Annotated[int, Field(ge=1)] = 200_000
     kmeans: Literal["sklearn", "cuml"] = "sklearn"
 
-    def check_inputs(self, earlier: list, input_columns: set[str]) -> None:
+    def check(self, ctx=None) -> None:
         """Before any work: the embedding column must come from an earlier stage (``embed``)
         or from the input (``input.columns`` of a Parquet input); raises ``ValueError``."""
-        if any(self.column in st.added_columns() for st in earlier):
+        if ctx is None or any(self.column in st.added_columns() for st in ctx.earlier):
             return
-        if self.column in input_columns:
+        if self.column in ctx.input_columns:
             return
         raise ValueError(f"no stage before it adds the column {self.column!r} and the input "
                          f"does not carry it: put an embed stage before semantic_dedup, or "
@@ -282,5 +271,4 @@ class SemanticDedup(GlobalStage):
                 Map("assign", _assign, shuffle_on=("cluster",)),
                 Reduce("pairs", Pairs(self.eps), of="assign"),
                 OnClient("select", Select(self.keep), split_by=POS),
-                OnClient("prepare", functools.partial(_prepare, label)),
-                Map("drop", functools.partial(_drop, label), output=True)]
+                Map("drop", DropLosers("semantic_duplicate", "select", label, []), output=True)]

@@ -162,7 +162,7 @@ class Classify(Filter):
         runtimes.check_inputs(self._where(), inputs, self.input_ids_name,
                               self.attention_mask_name)
 
-    def check(self) -> str:
+    def check(self, ctx=None) -> str:
         """Load (or reach) the model on the client and check it against the parameters: input
         and output names, the number of classes, the labels named in keep / score_label.
         Returns a line for the log."""

@@ -90,7 +90,7 @@ class Embed(Transform):
     def added_columns(self) -> dict:
         return {self.column: pd.ArrowDtype(pa.list_(pa.float32(), self.dim()))}
 
-    def check(self) -> str:
+    def check(self, ctx=None) -> str:
         if self.runtime == "sentence_transformers":
             st = runtimes.sentence_transformer(self.model, self.threads)
             name = os.path.basename(os.path.normpath(runtimes.resolve_model_path(self.model)))
