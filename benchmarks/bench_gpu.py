@@ -155,7 +155,6 @@ def bench_pipeline(args) -> int:
                 sec = st["seconds"] or 1e-9
                 stages[f"{st['position']}:{st['stage']}"] = {
                     "backend": st["backend"], "seconds": st["seconds"],
-                    "device_seconds": st["device_seconds"],
                     "mb_per_s_in": round(st["bytes_in"] / 1e6 / sec, 1)}
             report["runs"][backend] = {"seconds": res.summary["seconds"],
                                        "mb_per_s": round(mb / res.summary["seconds"], 2),

@@ -166,12 +166,16 @@ def test_explain_shows_the_cudf_plan_on_a_machine_without_a_gpu():
     assert "Traceback" not in r.stderr and not os.path.exists("/tmp/gpupipe-never-written")
 
 
-def test_run_json_records_each_stage_backend_and_device_seconds(tmp_path, small_corpus, client):
+def test_run_json_records_each_stage_backend(tmp_path, small_corpus, client):
+    """Each stage's backend and seconds; run.json schema 2 has no ``device_seconds`` (it was
+    the wall seconds of any stage on cuDF, not device time)."""
     stages = [LengthFilter(min_words=20), GopherQuality(min_doc_words=10)]
     res = gp.Pipeline(input=str(small_corpus), output=str(tmp_path / "o"), stages=stages,
                       backend="pandas").run(client=client, progress=False)
-    got = [(s["stage"], s["backend"], s["device_seconds"]) for s in res.summary["stages"]]
-    assert got == [("length_filter", "pandas", 0.0), ("gopher_quality", "pandas", 0.0)]
+    got = [(s["stage"], s["backend"]) for s in res.summary["stages"]]
+    assert got == [("length_filter", "pandas"), ("gopher_quality", "pandas")]
+    assert res.summary["schema_version"] == 2
+    assert not any("device_seconds" in s for s in res.summary["stages"])
     assert res.summary["backend"] == {"requested": "pandas", "used": "pandas",
                                       "reason": "requested"}
 
@@ -383,7 +387,7 @@ def test_backend_cudf_on_a_local_cuda_cluster_gives_the_pandas_run(tmp_path, pip
         progress=False)
     assert gpu.summary["backend"]["used"] == "cudf"
     native = [s["stage"] for s in gpu.summary["stages"] if s["backend"] == "cudf"]
-    assert native and all(s["device_seconds"] > 0 for s in gpu.summary["stages"]
+    assert native and all(s["seconds"] > 0 for s in gpu.summary["stages"]
                           if s["backend"] == "cudf" and s["docs_in"])
     assert _counts(gpu.summary) == _counts(cpu.summary)
     a, b = Path(cpu.output), Path(gpu.output)

@@ -21,6 +21,9 @@ from gpupipe.runner.sources import count_block_lines, make_pipeline_source
 
 log = logging.getLogger(__name__)
 
+#: version of run.json's layout (docs/formats.md lists the changes)
+SCHEMA_VERSION = 2
+
 
 def versions() -> dict:
     import dask
@@ -129,8 +132,9 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     for line in describe_changes(os.path.join(out, "run.json"), pipeline.to_dict(), inputs,
                                  fps[-1]):
         log.warning("resuming %s: %s; the stages from there on are recomputed", out, line)
-    base = {"status": "running", "started": started, "gpupipe_version": vers["gpupipe"],
-            "pipeline": pipeline.to_dict(), "fingerprint": fps[-1], "input_files": inputs}
+    base = {"schema_version": SCHEMA_VERSION, "status": "running", "started": started,
+            "gpupipe_version": vers["gpupipe"], "pipeline": pipeline.to_dict(),
+            "fingerprint": fps[-1], "input_files": inputs}
     write_json(base, os.path.join(out, "run.json"))
 
     bar = make_progress(progress)
@@ -160,6 +164,7 @@ def execute(pipeline, *, client=None, workers: int | None = None,
         raise
     bar.close()
     summary = {
+        "schema_version": SCHEMA_VERSION,
         "status": "complete",
         "started": started,
         "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -13,7 +13,7 @@ from gpupipe.io.writer import write_json
 from gpupipe.runner.cluster import gather
 from gpupipe.runner.plan import Segment, rejected_directory
 from gpupipe.runner.resume import load_state, reset, work_dir
-from gpupipe.runner.stats import merge_profiles, merge_read, merge_stages
+from gpupipe.runner.stats import ReadStats, StageStats, merge_profiles, merge_stages
 from gpupipe.runner.tasks import (
     marker_path,
     part_name,
@@ -28,7 +28,7 @@ def run_segments(pipeline, client, source, segments: list[Segment], fps, out, ba
     source_in = source
     upstream_changed = False
     seg_info = []
-    stage_stats: list[dict] = []
+    stage_stats: list[StageStats] = []
     read_reports: list[dict] = []
     reports: list[dict] = []
     docs_prev = bytes_prev = 0
@@ -61,31 +61,25 @@ def run_segments(pipeline, client, source, segments: list[Segment], fps, out, ba
             reports, computed, info = _run_global_segment(client, seg, fp, source, directory,
                                                           stats_dir, state, bar, out, backend)
             st = seg.stages[0]
-            seconds = (round(time.perf_counter() - t0, 4) if computed else
+            seconds = (time.perf_counter() - t0 if computed else
                        (state or {}).get("seconds", 0.0))
-            docs_out = sum(r["docs_out"] for r in reports)
-            stage_stats.append({
-                "position": seg.positions[0], "stage": st.stage_name, "kind": "global",
-                "params": st.params(), "docs_in": docs_prev, "docs_out": docs_out,
-                "bytes_in": bytes_prev, "bytes_out": sum(r["bytes_out"] for r in reports),
-                "drops": {(st.reasons[0] if st.reasons else "removed"): docs_prev - docs_out}
-                if docs_prev > docs_out else {},
-                "counters": {}, "seconds": seconds, "backend": st.runs_on(backend),
-                "device_seconds": seconds if st.runs_on(backend) != "pandas" else 0.0,
-            })
-            if info is not None:  # a stage of steps reports its own drops and counters
-                stage_stats[-1].update(drops=info["drops"], counters=info["counters"],
-                                       steps=info["steps"])
-            if any("by_source" in r for r in reports):
+            entry = StageStats(seg.positions[0], st.stage_name, kind="global",
+                               params=st.params(), docs_in=docs_prev,
+                               docs_out=sum(r["docs_out"] for r in reports), bytes_in=bytes_prev,
+                               bytes_out=sum(r["bytes_out"] for r in reports),
+                               drops=info["drops"], counters=info["counters"], seconds=seconds,
+                               backend=st.runs_on(backend), steps=info["steps"])
+            if pipeline.inputs:   # documents per source: in from the stage before, out counted
                 outs: dict[str, int] = {}
                 for r in reports:
-                    for k, v in r.get("by_source", {}).items():
+                    # (stats files written before 2026-12 call it by_source)
+                    for k, v in r.get("docs_by_source", r.get("by_source", {})).items():
                         outs[k] = outs.get(k, 0) + v
-                before = stage_stats[-2]["by_source"] if len(stage_stats) > 1 and \
-                    "by_source" in stage_stats[-2] else {}
-                stage_stats[-1]["by_source"] = {
+                before = (stage_stats[-1].by_source if stage_stats else None) or {}
+                entry.by_source = {
                     k: {"docs_in": before.get(k, {}).get("docs_out", 0),
                         "docs_out": outs.get(k, 0)} for k in sorted(set(before) | set(outs))}
+            stage_stats.append(entry)
         upstream_changed = upstream_changed or computed > 0
         docs_prev = sum(r["docs_out"] for r in reports)
         bytes_prev = sum(r["bytes_out"] for r in reports)
@@ -101,16 +95,17 @@ def run_segments(pipeline, client, source, segments: list[Segment], fps, out, ba
         files = tuple(os.path.join(directory, part_name(i) + ".parquet") for i in range(len(reports)))
         source = ParquetSource(files=files, root=directory, text_column="text", id_column="id",
                                columns=tuple(extra))
-    read = merge_read(read_reports)
+    read_stats = sum((ReadStats.from_json(r.get("read", {})) for r in read_reports), ReadStats())
+    read = read_stats.to_json()
     read.update(merge_profiles(read_reports, "read_profile"))
     if getattr(source_in, "left_out", ()):
         read["left_out"] = [{"path": p, "why": why} for p, why in source_in.left_out]
-    stage_stats.sort(key=lambda s: s["position"])
-    dropped = sum(sum(s["drops"].values()) for s in stage_stats)
-    rejected_records = sum(v for k, v in read["rejected"].items() if k != "corrupt_file")
-    records_in = read["docs"] + rejected_records
+    stage_stats.sort(key=lambda s: s.position)
+    dropped = sum(sum(s.drops.values()) for s in stage_stats)
+    rejected_records = read_stats.records_rejected
+    records_in = read_stats.docs + rejected_records
     # documents a stage split in pieces (decontaminate's cut): the pieces beyond the first
-    added = sum(s.get("counters", {}).get("documents_added", 0) for s in stage_stats)
+    added = sum(s.counters.get("documents_added", 0) for s in stage_stats)
     by_source = _source_accounting(read_reports, stage_stats) if pipeline.inputs else None
     return {
         **({"sources": by_source} if by_source else {}),
@@ -118,7 +113,7 @@ def run_segments(pipeline, client, source, segments: list[Segment], fps, out, ba
                       k: v.resolved_format() for k, v in pipeline.inputs.items()},
                   "files": read["files"], "partitions": len(read_reports)},
         "read": read,
-        "stages": stage_stats,
+        "stages": [s.to_json() for s in stage_stats],
         "segments": seg_info,
         "output": {"path": out, "data": os.path.join(out, "data"), "partitions": len(reports),
                    "docs": docs_prev, "bytes": bytes_prev, **merge_profiles(reports)},
@@ -128,7 +123,7 @@ def run_segments(pipeline, client, source, segments: list[Segment], fps, out, ba
     }
 
 
-def _source_accounting(read_reports: list[dict], stage_stats: list[dict]) -> dict:
+def _source_accounting(read_reports: list[dict], stage_stats: list[StageStats]) -> dict:
     """Per named input: records read, set aside, kept, and whether every stage's documents in
     equal the documents out of the stage before it (the first: the documents read)."""
     out: dict[str, dict] = {}
@@ -142,7 +137,7 @@ def _source_accounting(read_reports: list[dict], stage_stats: list[dict]) -> dic
         prev = got["records_in"] - got["rejected"]
         chain = True
         for st in stage_stats:
-            s = st.get("by_source", {}).get(name, {"docs_in": prev, "docs_out": prev})
+            s = (st.by_source or {}).get(name, {"docs_in": prev, "docs_out": prev})
             chain &= s["docs_in"] == prev
             prev = s["docs_out"]
         got.update(docs_out=prev, removed_by_stages=got["records_in"] - got["rejected"] - prev,

@@ -1,8 +1,123 @@
-"""Merging per-partition reports into the run summary (``run.json``) and the end-of-run table."""
+"""Run statistics as typed, mergeable values (as datatrove's ``utils/stats.py``): what a row
+task or a global stage reports for a stage is a `StageStats`, what a reader reports is a
+`ReadStats`; the runner adds them up (``+``) and writes their JSON into run.json. Also the
+end-of-run table."""
 
 from __future__ import annotations
 
-from collections import Counter
+import dataclasses
+from typing import Any
+
+#: the JSON keys of a stage's entry, in run.json's order
+_STAGE_KEYS = ("position", "stage", "kind", "params", "docs_in", "docs_out", "bytes_in",
+               "bytes_out", "drops", "counters", "seconds", "backend")
+
+
+def _sum(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+@dataclasses.dataclass
+class StageStats:
+    """What one stage did: on one partition (a row task), or summed over a run.
+
+    ``by_source`` (named inputs only): source -> ``{"docs_in": n, "docs_out": m}``."""
+
+    position: int
+    stage: str
+    docs_in: int = 0
+    docs_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    drops: dict[str, int] = dataclasses.field(default_factory=dict)
+    counters: dict[str, int | float] = dataclasses.field(default_factory=dict)
+    seconds: float = 0.0
+    #: the backend it ran on
+    backend: str = "pandas"
+    by_source: dict[str, dict[str, int]] | None = None
+    #: in run.json only: "row" or "global", the parameters, a global stage's steps
+    kind: str = "row"
+    params: dict[str, Any] | None = None
+    steps: list[dict] | None = None
+
+    def __add__(self, other: StageStats) -> StageStats:
+        if (other.position, other.stage) != (self.position, self.stage):
+            raise ValueError(f"cannot add the stats of stages[{other.position}] "
+                             f"({other.stage}) to stages[{self.position}] ({self.stage})")
+        by_source = None
+        if self.by_source is not None or other.by_source is not None:
+            by_source = {k: _sum((self.by_source or {}).get(k, {}),
+                                 (other.by_source or {}).get(k, {}))
+                         for k in sorted(set(self.by_source or {}) | set(other.by_source or {}))}
+        return dataclasses.replace(
+            self, docs_in=self.docs_in + other.docs_in, docs_out=self.docs_out + other.docs_out,
+            bytes_in=self.bytes_in + other.bytes_in, bytes_out=self.bytes_out + other.bytes_out,
+            drops=_sum(self.drops, other.drops), counters=_sum(self.counters, other.counters),
+            seconds=self.seconds + other.seconds, by_source=by_source)
+
+    def to_json(self) -> dict:
+        """run.json's entry (with ``kind`` and ``params`` when known; counts sorted)."""
+        out = {"position": self.position, "stage": self.stage, "kind": self.kind,
+               "params": self.params, "docs_in": self.docs_in, "docs_out": self.docs_out,
+               "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
+               "drops": dict(sorted(self.drops.items())),
+               "counters": dict(sorted(self.counters.items())),
+               "seconds": round(self.seconds, 4), "backend": self.backend}
+        if self.params is None:   # a partition's report
+            del out["kind"], out["params"]
+        if self.steps is not None:
+            out["steps"] = self.steps
+        if self.by_source is not None:
+            out["by_source"] = {k: {"docs_in": v.get("docs_in", 0), "docs_out": v.get("docs_out", 0)}
+                                for k, v in sorted(self.by_source.items())}
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> StageStats:
+        by_source = d.get("by_source")
+        if by_source is not None:   # stats files of runs before 2026-12: [docs_in, docs_out]
+            by_source = {k: v if isinstance(v, dict) else {"docs_in": v[0], "docs_out": v[1]}
+                         for k, v in by_source.items()}
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)
+                      if f.name in d and f.name != "by_source"}, by_source=by_source)
+
+
+@dataclasses.dataclass
+class ReadStats:
+    """What the readers did: files, records kept and set aside (per reason), bytes, seconds."""
+
+    files: int = 0
+    docs: int = 0
+    bytes: int = 0
+    compressed_bytes: int = 0
+    blank_lines: int = 0
+    files_corrupt: int = 0
+    text_bytes: int = 0
+    rejected: dict[str, int] = dataclasses.field(default_factory=dict)
+    seconds: float = 0.0
+
+    def __add__(self, other: ReadStats) -> ReadStats:
+        return ReadStats(**{f.name: (_sum(getattr(self, f.name), getattr(other, f.name))
+                                     if f.name == "rejected" else
+                                     getattr(self, f.name) + getattr(other, f.name))
+                            for f in dataclasses.fields(self)})
+
+    @classmethod
+    def from_json(cls, d: dict) -> ReadStats:
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+    def to_json(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["rejected"] = dict(sorted(self.rejected.items()))
+        return out
+
+    @property
+    def records_rejected(self) -> int:
+        """Records set aside (a corrupt file counts as one entry, not as records)."""
+        return sum(v for k, v in self.rejected.items() if k != "corrupt_file")
 
 #: text-length buckets (characters) of the length distributions in run.json and the report
 LENGTH_EDGES = (0, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
@@ -50,43 +165,18 @@ def _add(total: dict, part: dict) -> None:
             total[k] = total.get(k, 0) + v
 
 
-def merge_read(reports: list[dict]) -> dict:
-    total: dict = {"files": 0, "docs": 0, "bytes": 0, "compressed_bytes": 0, "blank_lines": 0,
-                   "files_corrupt": 0, "text_bytes": 0, "rejected": {}, "seconds": 0.0}
-    for r in reports:
-        _add(total, r.get("read", {}))
-    total["rejected"] = dict(sorted(total["rejected"].items()))
-    return total
-
-
 def merge_stages(reports: list[dict], stages: list, positions: tuple,
-                 backend: str = "pandas") -> list[dict]:
+                 backend: str = "pandas") -> list[StageStats]:
+    """The row stages of a segment summed over its partitions' reports."""
     merged = []
     for pos, st in zip(positions, stages):
-        entry = {"position": pos, "stage": st.stage_name, "kind": st.kind,
-                 "params": st.params(), "docs_in": 0, "docs_out": 0, "bytes_in": 0,
-                 "bytes_out": 0, "drops": Counter(), "counters": Counter(), "seconds": 0.0,
-                 "backend": st.runs_on(backend), "device_seconds": 0.0}
+        total = StageStats(pos, st.stage_name, backend=st.runs_on(backend), kind=st.kind,
+                           params=st.params())
         for r in reports:
             for s in r.get("stages", []):
                 if s["position"] == pos:
-                    for key in ("docs_in", "docs_out", "bytes_in", "bytes_out", "seconds"):
-                        entry[key] += s[key]
-                    entry["device_seconds"] += s.get("device_seconds", 0.0)
-                    entry["drops"].update(s["drops"])
-                    entry["counters"].update(s["counters"])
-                    for k, (a, b) in s.get("by_source", {}).items():
-                        got = entry.setdefault("by_source", {}).setdefault(k, [0, 0])
-                        got[0] += a
-                        got[1] += b
-        if "by_source" in entry:
-            entry["by_source"] = {k: {"docs_in": a, "docs_out": b}
-                                  for k, (a, b) in sorted(entry["by_source"].items())}
-        entry["drops"] = dict(sorted(entry["drops"].items()))
-        entry["counters"] = dict(sorted(entry["counters"].items()))
-        entry["seconds"] = round(entry["seconds"], 4)
-        entry["device_seconds"] = round(entry["device_seconds"], 4)
-        merged.append(entry)
+                    total = total + StageStats.from_json(s)
+        merged.append(total)
     return merged
 
 

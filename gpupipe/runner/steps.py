@@ -87,7 +87,7 @@ def run_task(i: int, *, step, ctx: StepContext, out_dir: str | None = None,
                       profile=profile(frame))
         by_source = source_counts(frame)
         if by_source is not None:
-            report["by_source"] = by_source
+            report["docs_by_source"] = by_source
         write_parquet(dispatch.arrow_table(frame), os.path.join(out_dir, part_name(i) + ".parquet"))
         report["seconds"] = time.perf_counter() - t0
         write_json(report, os.path.join(stats_dir, part_name(i) + ".json"))

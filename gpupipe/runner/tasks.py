@@ -9,7 +9,7 @@ from gpupipe.backends import dispatch
 from gpupipe.faults import failpoint
 from gpupipe.frame import TEXT
 from gpupipe.io.writer import write_json, write_parquet
-from gpupipe.runner.stats import profile
+from gpupipe.runner.stats import ReadStats, StageStats, profile
 
 
 def part_name(i: int) -> str:
@@ -47,28 +47,17 @@ def run_stages(df, stages, where: str, rejected_files: dict[int, str] | None = N
         nbytes = dispatch.byte_size(df[TEXT])
         if isinstance(st, ForSource) and per_source is not None and \
                 st.source not in per_source:   # a source's own stage, another source's documents
-            stats.append({"position": v.position, "stage": st.stage_name, "docs_in": 0,
-                          "docs_out": 0, "bytes_in": 0, "bytes_out": 0, "drops": {},
-                          "counters": {}, "seconds": v.seconds, "backend": v.backend,
-                          "device_seconds": 0.0, "by_source": {}})
+            stats.append(StageStats(v.position, st.stage_name, seconds=v.seconds,
+                                    backend=v.backend, by_source={}))
             continue
-        stats.append({
-            "position": v.position,
-            "stage": st.stage_name,
-            "docs_in": docs_in,
-            "docs_out": len(df),
-            "bytes_in": bytes_in,
-            "bytes_out": nbytes,
-            "drops": dict(result.drops),
-            "counters": dict(result.counters),
-            "seconds": v.seconds,
-            "backend": v.backend,
-            "device_seconds": v.seconds if v.backend != "pandas" else 0.0,
-        })
+        stats.append(StageStats(v.position, st.stage_name, docs_in=docs_in, docs_out=len(df),
+                                bytes_in=bytes_in, bytes_out=nbytes, drops=dict(result.drops),
+                                counters=dict(result.counters), seconds=v.seconds,
+                                backend=v.backend))
         if per_source is not None:
             out = source_counts(df)
-            stats[-1]["by_source"] = {k: [per_source.get(k, 0), out.get(k, 0)]
-                                      for k in sorted(set(per_source) | set(out))}
+            stats[-1].by_source = {k: {"docs_in": per_source.get(k, 0), "docs_out": out.get(k, 0)}
+                                   for k in sorted(set(per_source) | set(out))}
             per_source = out
     return df, stats
 
@@ -99,8 +88,8 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
     if hasattr(source, "source_of"):
         report["source_name"] = source.source_of(i)
     if rejected_dir is not None:
-        report["read"] = {**result.stats, "rejected": dict(result.rejected_counts),
-                          "seconds": time.perf_counter() - t0}
+        report["read"] = ReadStats(**result.stats, rejected=dict(result.rejected_counts),
+                                   seconds=time.perf_counter() - t0).to_json()
         report["read_profile"] = profile(result.frame)
         if result.rejected is not None:
             write_parquet(result.rejected, os.path.join(rejected_dir, part_name(i) + ".parquet"))
@@ -110,8 +99,8 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
         source, "on_error", "fail")
     errors = {pos: os.path.join(d, "errors", part_name(i) + ".parquet")
               for pos, d in (error_dirs or {}).items()}
-    df, report["stages"] = run_stages(result.frame, stages, where, files, backend, policy,
-                                      errors)
+    df, stats = run_stages(result.frame, stages, where, files, backend, policy, errors)
+    report["stages"] = [s.to_json() for s in stats]
     write_parquet(dispatch.arrow_table(df), os.path.join(out_dir, part_name(i) + ".parquet"))
     report["docs_out"] = len(df)
     report["bytes_out"] = dispatch.byte_size(df[TEXT])

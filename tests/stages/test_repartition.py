@@ -30,7 +30,8 @@ def test_the_pieces_are_dasks_partitions(mode):
     for _ in range(60):
         parts = _parts(rng, rng.randint(1, 7))
         rows = [len(p) for p in parts]
-        ddf = dd.from_map(parts.__getitem__, list(range(len(parts))), meta=parts[0].iloc[:0],
+        ddf = dd.from_map(lambda i, parts=parts: parts[i], list(range(len(parts))),
+                          meta=parts[0].iloc[:0],
                           enforce_metadata=False)
         if mode == "npartitions":
             k = rng.randint(1, 12)
