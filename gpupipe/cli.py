@@ -56,7 +56,9 @@ def cmd_run(args) -> int:
         parts = ", ".join(f"{s}: {t['shards']} shard(s), {t['documents']:,} docs, "
                           f"{t['tokens']:,} tokens" for s, t in shards["totals"].items())
         print(f"shards: {shards['directory']}  ({shards['format']}, {shards['dtype']}; {parts})")
-        if shards["format"].startswith("megatron"):
+        from gpupipe.shards import formats
+
+        if formats.of_manifest(shards["format"]).writes_data_args:
             print(f"        Megatron: --data-args-path {shards['data_args']}  or "
                   f"--per-split-data-args-path {shards['directory']}/per_split_data_args.json")
     print(f"stats:  {out['path']}/run.json   ({result.summary['seconds']:.1f}s)")

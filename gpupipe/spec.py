@@ -30,6 +30,7 @@ from pydantic import (
 from gpupipe.errors import SpecError, did_you_mean
 from gpupipe.io.formats import FORMATS
 from gpupipe.io.formats import infer as infer_format
+from gpupipe.shards.formats import FORMATS as SHARD_FORMATS
 from gpupipe.stages.base import Stage
 from gpupipe.stages.registry import all_stages, get_stage
 
@@ -291,7 +292,7 @@ class ShardSpec(BaseModel):
     splits: dict[Literal["train", "valid", "test"], Annotated[float, Field(ge=0, le=1)]] = Field(
         default_factory=lambda: {"train": 1.0},
         description="fraction of documents per split, by the same hash; sums to 1")
-    format: Literal["megatron", "datatrove"] = "megatron"
+    format: Literal[tuple(SHARD_FORMATS)] = "megatron"  # type: ignore[valid-type]
     packing: Literal["none", "bfd"] = Field(
         "none", description="bfd: best-fit-decreasing packs of exactly seq_length tokens")
     seq_length: Annotated[int | None, Field(ge=2)] = None

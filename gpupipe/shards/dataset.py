@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from gpupipe.shards.megatron import IndexedDataset
+from gpupipe.shards import formats
 
 
 class ShardSet:
@@ -29,14 +29,17 @@ class ShardSet:
 
         shards_dir = resolve_dir(shards_dir)
         self.manifest = read_manifest(shards_dir)
-        if not self.manifest["format"].startswith("megatron"):
-            raise ValueError("ShardSet reads Megatron shards (format: megatron)")
+        fmt = formats.of_manifest(self.manifest["format"],
+                                   os.path.join(shards_dir, "manifest.json"))
+        if fmt.reader is None:
+            raise ValueError(f"ShardSet reads {', '.join(formats.readable())} shards; gpupipe "
+                             f"has no reader of {fmt.name} shards ({fmt.manifest_format})")
         prefixes = [s["prefix"] for s in self.manifest["shards"] if s["split"] == split]
         if not prefixes:
             raise ValueError(f"{shards_dir}: no shards for split {split!r}")
         self.split = split
         self.eod_id = self.manifest["tokenizer"]["eod_id"]
-        self.datasets = [IndexedDataset(os.path.join(shards_dir, p)) for p in prefixes]
+        self.datasets = [fmt.open(os.path.join(shards_dir, p)) for p in prefixes]
         self.sizes = np.concatenate([d.sizes.astype(np.int64) for d in self.datasets])
         self._first = np.cumsum([0] + [len(d) for d in self.datasets])
 

@@ -7,7 +7,8 @@ import os
 import numpy as np
 
 from gpupipe.errors import InputError
-from gpupipe.shards.megatron import IndexedDataset, sha256_file
+from gpupipe.shards import formats
+from gpupipe.shards.megatron import sha256_file
 from gpupipe.shards.writer import read_manifest
 
 
@@ -27,7 +28,7 @@ def verify(shards_dir: str, *, hashes: bool = True) -> tuple[dict, list[str]]:
     shards_dir = resolve_dir(shards_dir)
     manifest = read_manifest(shards_dir)
     problems: list[str] = []
-    megatron = manifest["format"].startswith("megatron")
+    fmt = formats.of_manifest(manifest["format"], os.path.join(shards_dir, "manifest.json"))
     for s in manifest["shards"]:
         prefix = os.path.join(shards_dir, s["prefix"])
         bad = False
@@ -45,15 +46,15 @@ def verify(shards_dir: str, *, hashes: bool = True) -> tuple[dict, list[str]]:
             elif hashes and sha256_file(path) != meta["sha256"]:
                 problems.append(f"{path}: sha256 differs from the manifest (modified)")
                 bad = True
-        if megatron and not bad:
+        if fmt.reader is not None and not bad:
             try:
-                ds = IndexedDataset(prefix)
+                ds = fmt.open(prefix)
             except ValueError as e:
                 problems.append(str(e))
                 continue
             problems.extend(ds.verify())
             if len(ds) != s["sequences"]:
-                problems.append(f"{prefix}.idx: {len(ds)} sequences, manifest says {s['sequences']}")
+                problems.append(f"{prefix}: {len(ds)} sequences, manifest says {s['sequences']}")
             if int(ds.sizes.astype(np.int64).sum()) != s["tokens"]:
                 problems.append(f"{prefix}: token count differs from the manifest")
     listed = {os.path.normpath(os.path.join(shards_dir, s["prefix"]) + suf)
@@ -61,7 +62,7 @@ def verify(shards_dir: str, *, hashes: bool = True) -> tuple[dict, list[str]]:
     for root, _, files in os.walk(shards_dir):
         for f in files:
             p = os.path.normpath(os.path.join(root, f))
-            if f.endswith((".bin", ".idx", ".ds", ".ds.index", ".ds.metadata")) and p not in listed:
+            if f.endswith(formats.all_suffixes()) and p not in listed:
                 problems.append(f"{p}: not listed in the manifest (left over from another run?)")
     return manifest, problems
 
@@ -73,15 +74,17 @@ def decode_document(shards_dir: str, prefix: str, k: int, tokenizer: str | None 
 
     shards_dir = resolve_dir(shards_dir)
     manifest = read_manifest(shards_dir)
-    if not manifest["format"].startswith("megatron"):
-        raise InputError("decoding is implemented for Megatron shards")
+    fmt = formats.of_manifest(manifest["format"], os.path.join(shards_dir, "manifest.json"))
+    if fmt.reader is None:
+        raise InputError(f"decoding is implemented for {', '.join(formats.readable())} shards; "
+                         f"gpupipe has no reader of {fmt.name} shards ({fmt.manifest_format})")
     known = [s["prefix"] for s in manifest["shards"]]
     if prefix not in known:
         from gpupipe.errors import did_you_mean
 
         raise InputError(f"no shard {prefix!r} in {shards_dir}{did_you_mean(prefix, known)} "
                          f"(shards: {', '.join(known[:6])}{' ...' if len(known) > 6 else ''})")
-    ds = IndexedDataset(os.path.join(shards_dir, prefix))
+    ds = fmt.open(os.path.join(shards_dir, prefix))
     if not 0 <= k < len(ds):
         raise InputError(f"{prefix} has {len(ds)} documents; {k} is out of range")
     ids = ds[k].tolist()

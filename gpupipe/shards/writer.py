@@ -3,10 +3,11 @@
 1. route (one task per partition): compute each document's key, split and length; save the
    partition's tokens (shard dtype) and a small document table under ``shards/_route/``.
 2. write (one task per shard): gather the shard's documents from every partition's table,
-   order them by key, write ``.bin`` then ``.idx`` (or the datatrove ``.ds`` files).
+   order them by key, write the files of its format (`gpupipe.shards.formats`: Megatron's
+   ``.bin`` then ``.idx``, or datatrove's ``.ds`` files).
 
-Then ``manifest.json`` is written last, as the commit marker, with ``data_args.txt`` and
-``per_split_data_args.json`` beside it.
+Then ``manifest.json`` is written last, as the commit marker, after what the format writes
+beside it (Megatron's ``data_args.txt`` and ``per_split_data_args.json``).
 """
 
 from __future__ import annotations
@@ -21,15 +22,14 @@ import pyarrow.parquet as pq
 import xxhash
 
 from gpupipe.faults import failpoint
-from gpupipe.io.writer import write_bytes, write_json, write_npy
-from gpupipe.shards.megatron import write_indexed
+from gpupipe.io.writer import write_json, write_npy
+from gpupipe.shards import formats
 from gpupipe.shards.routing import SPLIT_ORDER, assign_splits, doc_keys, ranges
 
 DOC_DTYPE = np.dtype([("split", "u1"), ("key", "<u8"), ("length", "<i8"), ("offset", "<i8"),
                       ("source", "u1"), ("draw", "<f8")])
 #: salt of the mixture's draw, so that it is independent of the split drawn with the same seed
 _MIX_SALT = 0x6D6978747572  # "mixtur"
-FORMAT = "megatron-mmidx-v1"
 
 
 def route_partition(p: int, data_file: str, *, route_dir: str, seed: int, fractions: dict,
@@ -180,16 +180,6 @@ def pack_bfd(tokens: np.ndarray, lengths: np.ndarray, seq_length: int, eod_id: i
     return out, np.full(len(bins), seq_length, dtype=np.int64)
 
 
-def write_datatrove(prefix: str, tokens: np.ndarray, lengths: np.ndarray, tokenizer_name: str):
-    """datatrove / nanotron ``.ds`` files: tokens, cumulative end offsets, metadata."""
-    dt = np.dtype("<u2") if tokens.dtype.itemsize == 2 else np.dtype("<u4")
-    data = tokens.astype(dt)
-    ends = np.cumsum(lengths).astype("<u8")
-    files = {".ds": data.tobytes(), ".ds.index": ends.tobytes(),
-             ".ds.metadata": f"{tokenizer_name}|{dt.itemsize}\n{data.size}\n".encode()}
-    return {suffix: write_bytes(payload, prefix + suffix) for suffix, payload in files.items()}
-
-
 def write_shard(split: str, shard: int, n_shards: int, source: tuple[int, str] | None = None,
                 *, route_dir: str, partitions: int, shards_dir: str, spec: dict, eod_id: int,
                 tokenizer_name: str, plan: dict | None = None) -> dict | None:
@@ -214,10 +204,8 @@ def write_shard(split: str, shard: int, n_shards: int, source: tuple[int, str] |
     name = f"{split}-{shard:05d}" if source is None else f"{source[1]}-{shard:05d}"
     rel = f"{split}/{name}"
     prefix = os.path.join(shards_dir, rel)
-    if spec["format"] == "datatrove":
-        files = write_datatrove(prefix, tokens, lengths, tokenizer_name)
-    else:
-        files = write_indexed(prefix, tokens, lengths)
+    files = formats.get(spec["format"]).write(prefix, tokens, lengths,
+                                              tokenizer_name=tokenizer_name)
     out = {"split": split, "shard": shard, "prefix": rel, "documents": documents,
            "sequences": int(len(lengths)), "tokens": int(tokens.size), "files": files}
     failpoint(f"shard-write/{split}/{shard}")
@@ -235,6 +223,7 @@ def write_manifest(shards_dir: str, *, shards: list[dict], spec: dict, tokenizer
     Megatron blend weight of every shard prefix (a mixture in weights mode), else its tokens."""
     from gpupipe.shards.megatron import CODE_OF
 
+    fmt = formats.get(spec["format"])
     shards = sorted(shards, key=lambda s: (SPLIT_ORDER.index(s["split"]), s.get("source", ""),
                                            s["shard"]))
     totals = {}
@@ -244,7 +233,7 @@ def write_manifest(shards_dir: str, *, shards: list[dict], spec: dict, tokenizer
         t["documents"] += s["documents"]
         t["tokens"] += s["tokens"]
     manifest = {
-        "format": FORMAT if spec["format"] == "megatron" else "datatrove-ds",
+        "format": fmt.manifest_format,
         "gpupipe_version": version,
         "fingerprint": fingerprint,
         "tokenizer": {"path": os.path.abspath(tokenizer.path), "sha256": tokenizer.sha256,
@@ -265,15 +254,7 @@ def write_manifest(shards_dir: str, *, shards: list[dict], spec: dict, tokenizer
         "totals": totals,
         "mixture": mixture,
     }
-    abs_dir = os.path.abspath(shards_dir)
-    if spec["format"] == "megatron":
-        per_split = {s: [] for s in SPLIT_ORDER}
-        for s in shards:
-            w = str(s["tokens"]) if weights is None else repr(float(weights[s["prefix"]]))
-            per_split[s["split"]] += [w, os.path.join(abs_dir, s["prefix"])]
-        with open(os.path.join(shards_dir, "data_args.txt"), "w", encoding="utf-8") as f:
-            f.write(" ".join(per_split["train"]) + "\n")
-        write_json(per_split, os.path.join(shards_dir, "per_split_data_args.json"))
+    fmt.write_data_args(shards_dir, shards, weights)
     failpoint("manifest")
     write_json(manifest, os.path.join(shards_dir, "manifest.json"))  # last: the commit marker
     return manifest
