@@ -53,7 +53,7 @@ def main() -> int:
     import numpy as np
     import pyarrow as pa
 
-    from gpupipe.check_gpu import load_texts
+    from gpupipe.gpu_check import load_texts
     from gpupipe.kernels import checks, gpu, hashing
     from gpupipe.kernels import quality as q
     from gpupipe.kernels import repetition as r
@@ -113,7 +113,7 @@ def main() -> int:
 
 def _corpus(path: str, scale: int, out: Path) -> tuple[str, float]:
     """The corpus repeated ``scale`` times as JSON Lines with unique ids; (path, MB of text)."""
-    from gpupipe.check_gpu import load_texts
+    from gpupipe.gpu_check import load_texts
 
     texts = load_texts(path, 10**9).to_pylist()
     out.mkdir(parents=True, exist_ok=True)

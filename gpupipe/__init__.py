@@ -58,12 +58,13 @@ def stage_names() -> list[str]:
 
 
 def check_gpu(data="data", *, sample: int = 1000, max_doc_bytes: int | None = None,
-              kernels: list[str] | None = None) -> list[dict]:
-    """Every text kernel on the CPU and on the GPU, compared bit for bit (what
-    ``gpupipe check-gpu`` runs); see `gpupipe.check_gpu.check_gpu`."""
-    from gpupipe.check_gpu import check_gpu as run
+              kernels: list[str] | None = None, simulate: bool = False) -> list[dict]:
+    """Every text kernel on the CPU and on the GPU (or numba's CUDA simulator), compared bit
+    for bit (what ``gpupipe check-gpu`` runs); see `gpupipe.gpu_check.check_gpu`."""
+    from gpupipe.gpu_check import check_gpu as run
 
-    return run(data, sample=sample, max_doc_bytes=max_doc_bytes, kernels=kernels)
+    return run(data, sample=sample, max_doc_bytes=max_doc_bytes, kernels=kernels,
+               simulate=simulate)
 
 
 __all__ = [

@@ -313,7 +313,7 @@ def cmd_check_gpu(args) -> int:
             print(f"simulating the GPU side on the CPU (NUMBA_ENABLE_CUDASIM=1); documents cut "
                   f"to {max_bytes} bytes", file=sys.stderr)
         env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
-        return subprocess.run([sys.executable, "-m", "gpupipe.check_gpu", *argv],
+        return subprocess.run([sys.executable, "-m", "gpupipe.gpu_check", *argv],
                               env=env).returncode
     from gpupipe.kernels.gpu import usable
 
@@ -324,7 +324,7 @@ def cmd_check_gpu(args) -> int:
               f"in numba's CUDA simulator, --compile-only compiles every kernel to PTX.",
               file=sys.stderr)
         return 2
-    from gpupipe.check_gpu import main as check_main
+    from gpupipe.gpu_check import main as check_main
 
     return check_main(argv)
 

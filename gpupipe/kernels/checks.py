@@ -1,5 +1,5 @@
 """Every kernel run on both targets and compared bit for bit: what ``gpupipe check-gpu``
-(`gpupipe.check_gpu`) and the simulator tests run.
+(`gpupipe.gpu_check`) and the simulator tests run.
 
 A `Check` holds a kernel's CPU call and GPU call on the same `Sample` and the arrays they return;
 a document is a mismatch when any of its results differs in any bit.
@@ -33,7 +33,7 @@ POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "us
 C4_OPTIONS = dict(max_word_length=1000, remove_citations=True, terminal_punct=True, min_words=3,
                   lorem=True, javascript=True, curly=True, policy=True,
                   policy_substrings=POLICY, min_sentences=5)
-# the hashing of fuzzy_dedup's presets (shared/FILTERS.md) with fewer permutations: each one is
+# the hashing of fuzzy_dedup's presets with fewer permutations: each one is
 # the same arithmetic, and the simulator pays for every one
 _RNG = np.random.default_rng(42)
 A32, B32 = (_RNG.integers(lo, 2**32, 16, dtype=np.uint64) for lo in (1, 0))

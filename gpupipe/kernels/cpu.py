@@ -18,10 +18,14 @@ from gpupipe.kernels.repetition import gopher_repetition_features
 from gpupipe.kernels.utf8 import count_chars, count_substrings, count_words
 from gpupipe.kernels.words import count_tokens
 
-#: every launcher; `gpupipe.kernels.gpu` has each of them (tested)
+#: every launcher
 __all__ = ["c4_rewrite", "clean_text", "contamination_scan", "count_chars", "count_substrings", "count_tokens",
            "count_words", "fineweb_features",
            "gopher_quality_features", "gopher_repetition_features", "langid_identify",
            "langid_needs_prepare",
            "langid_scores", "minhash", "minhash_ngrams", "needs_normalization",
            "pii_candidates", "xxh64_strings"]
+
+#: the launchers `gpupipe.kernels.gpu` has too, with the same parameters (tested against it):
+#: a stage computing only with these runs on cuDF (`gpupipe.stages.base.stage`)
+ON_GPU = frozenset(__all__)

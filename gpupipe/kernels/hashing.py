@@ -1,7 +1,7 @@
 """Hash functions (fmix64, MurmurHash3, XXH64) and MinHash signatures, bit-identical to cuDF's
 ``nvtext`` minhash and ``hash_values``.
 
-Algorithm (shared/FILTERS.md; pinned by shared/minhash_vectors.json):
+Algorithm (cuDF's, pinned by cuDF's published outputs in tests/stages/dedup/test_minhash.py):
 
 * ``minhash(width=w)``: every window of ``w`` characters (a string shorter than ``w`` is one
   window, an empty string gives all zeros) is hashed over its UTF-8 bytes with

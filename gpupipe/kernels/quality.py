@@ -1,5 +1,6 @@
 """Per-document measures of the Gopher quality, FineWeb and C4 filters, and C4's line rewriter
-(datatrove 0.10 semantics, ../shared/FILTERS.md). The filters in `gpupipe.stages.filters.quality`
+(datatrove 0.10's semantics; tests/stages/test_quality_filters.py holds a plain-Python reference).
+The filters in `gpupipe.stages.filters.quality`
 decide with vectorised numpy from these measures."""
 
 from __future__ import annotations

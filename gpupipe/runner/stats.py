@@ -136,14 +136,13 @@ def profile(df) -> dict:
 
     out: dict = {"length_hist": dict.fromkeys(LENGTH_LABELS, 0)}
     if len(df):
+        # both targets' launchers return host numpy arrays
         chars = dispatch.kernels_for(df).count_chars(*dispatch.text_buffers(df[TEXT]))
-        chars = chars.get() if hasattr(chars, "get") else np.asarray(chars)
         bins = np.searchsorted(np.asarray(LENGTH_EDGES[1:]), chars, side="right")
         for k, n in enumerate(np.bincount(bins, minlength=len(LENGTH_LABELS))):
             out["length_hist"][LENGTH_LABELS[k]] = int(n)
     if "language" in df.columns:
-        counts = df["language"].fillna("?").value_counts()
-        counts = counts.to_pandas() if hasattr(counts, "to_pandas") else counts
+        counts = dispatch.to_host(df[["language"]])["language"].fillna("?").value_counts()
         out["languages"] = {str(k): int(v) for k, v in sorted(counts.items())}
     return out
 

@@ -1,6 +1,7 @@
 """Megatron ``MMIDIDX`` indexed datasets (``P.bin`` + ``P.idx``): writer, reader, verifier.
 
-Byte layout (shared/FORMATS.md): ``.bin`` is the concatenated tokens; ``.idx`` is a 34-byte
+Byte layout (Megatron-Core's ``indexed_dataset.py``; golden vector in
+tests/shards/test_megatron_format.py): ``.bin`` is the concatenated tokens; ``.idx`` is a 34-byte
 header (magic, version 1, dtype code, S sequences, D = documents + 1) followed by int32 lengths,
 int64 byte offsets and int64 document indices. One sequence per document here.
 """

@@ -1,5 +1,7 @@
 """Deterministic global shuffle: a document's split, shard and position depend only on
-``(seed, id)`` (DESIGN.md §5), never on partitioning or worker count."""
+``(seed, id)``, never on partitioning or worker count: ``key = xxh64(utf8(id), seed)``, the
+split from ``(key >> 11) / 2**53`` against the cumulative fractions, shard = ``key mod shards``,
+order inside a shard = ascending key (docs/formats.md, the manifest's ``shuffle``)."""
 
 from __future__ import annotations
 

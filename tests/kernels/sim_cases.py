@@ -31,7 +31,7 @@ def _assert_all_equal(sample):
 
 
 def test_real_documents_equal_the_cpu_kernels():
-    from gpupipe.check_gpu import load_texts
+    from gpupipe.gpu_check import load_texts
     from gpupipe.kernels.checks import Sample
 
     texts = load_texts(str(REPO / "data" / "sample"), 24, max_doc_bytes=700)

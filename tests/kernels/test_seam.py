@@ -43,23 +43,28 @@ def test_pandas_half_on_real_text(sample_records):
 
 
 def test_stages_declare_backends_from_their_kernels():
-    assert GopherQuality.backends == ("pandas", "cudf")
-    assert GopherQuality.kernels == ("gopher_quality_features",)
-    assert C4Quality.backends == ("pandas", "cudf")
-    from gpupipe.stages.filters.length_filter import LengthFilter
-    from gpupipe.stages.filters.simple import WordCountFilter
-    from gpupipe.stages.transforms.normalize_text import NormalizeText
+    """A stage runs on cuDF when every kernel it declares has a GPU launcher; one without
+    keeps it on pandas (the claim is derived, not restated)."""
+    from gpupipe.stages.base import _backends_of
+    from gpupipe.stages.registry import all_stages
 
-    assert LengthFilter.backends == WordCountFilter.backends == ("pandas", "cudf")
-    # the clean-up is a kernel; only the few documents the quick check flags go to the host
-    assert NormalizeText.backends == ("pandas", "cudf")
+    assert GopherQuality.kernels == ("gopher_quality_features",)
+    assert C4Quality.backends == _backends_of("c4_quality", C4Quality.kernels)
+    for name, cls in all_stages().items():
+        if cls.kernels:
+            want = ("pandas", "cudf") if set(cls.kernels) <= cpu.ON_GPU else ("pandas",)
+            assert cls.backends == want, name
+    no_gpu = cpu.ON_GPU - {"gopher_quality_features"}
+    assert _backends_of("g", GopherQuality.kernels, on_gpu=no_gpu) == ("pandas",)
+    assert _backends_of("c", C4Quality.kernels, on_gpu=no_gpu) == ("pandas", "cudf")
 
 
 def test_every_cpu_launcher_has_a_gpu_launcher_with_the_same_parameters():
     pytest.importorskip("numba_cuda")
     from gpupipe.kernels import gpu
 
-    for name in cpu.__all__:
+    assert cpu.ON_GPU == {name for name in cpu.__all__ if hasattr(gpu, name)}
+    for name in cpu.ON_GPU:
         want = [p for p in inspect.signature(getattr(cpu, name)).parameters]
         got = [p for p in inspect.signature(getattr(gpu, name)).parameters
                if p != "chunk_bytes"]

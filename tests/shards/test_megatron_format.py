@@ -1,4 +1,5 @@
-"""The Megatron MMIDIDX format, byte for byte against the golden vector in shared/FORMATS.md."""
+"""The Megatron MMIDIDX format, byte for byte against a golden vector
+(the layout Megatron-Core's indexed_dataset.py reads)."""
 
 from __future__ import annotations
 

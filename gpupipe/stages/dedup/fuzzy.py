@@ -48,7 +48,7 @@ from gpupipe.stages.dedup.common import (
 )
 from gpupipe.stages.steps import Map, OnClient, Output, Reduce, read_file
 
-#: presets users know (shared/FILTERS.md)
+#: presets users know: NeMo Curator's and datatrove's defaults
 PRESETS = {
     # NeMo Curator: 24-character shingles of the raw text, MurmurHash3_x86_32, 20 x 13, seed 42
     "nemo": {"shingles": "chars", "width": 24, "bands": 20, "rows": 13, "seed": 42, "bits": 32},

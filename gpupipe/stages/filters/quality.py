@@ -1,5 +1,5 @@
-"""The quality filters of Gopher, C4 and FineWeb, with the semantics of datatrove 0.10
-(../shared/FILTERS.md): same defaults, same order of checks, ``null`` disables a check.
+"""The quality filters of Gopher, C4 and FineWeb, with the semantics of datatrove 0.10: same
+defaults, same order of checks, ``null`` disables a check.
 
 Each filter computes its per-document measures in one compiled pass (`gpupipe.kernels`) and
 decides with vectorised numpy. Words are `gpupipe.kernels.words.tokenize` tokens (an

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gpupipe.kernels.hashing import minhash, minhash_ngrams, murmur3_32, murmur3_64
 
-# a verbatim copy of the team's shared/minhash_vectors.json (cuDF's published outputs)
+# cuDF's published minhash outputs, verbatim
 VECTORS = Path(__file__).resolve().parents[2] / "golden" / "minhash_vectors.json"
 CASES = json.loads(VECTORS.read_text())["cases"]
 

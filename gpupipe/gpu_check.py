@@ -1,7 +1,7 @@
 """``gpupipe check-gpu``: every text kernel on the CPU and on the GPU, compared bit for bit on
 real documents (`gpupipe.kernels.checks` holds the comparisons).
 
-    python -m gpupipe.check_gpu [PATH] [--sample N] [--json]
+    python -m gpupipe.gpu_check [PATH] [--sample N] [--json]
 
 runs the comparison in this process; ``NUMBA_ENABLE_CUDASIM=1`` in the environment makes the GPU
 side the CUDA simulator (``gpupipe check-gpu --simulate`` starts it that way).
@@ -47,17 +47,21 @@ def _cut(text: str | None, limit: int) -> str:
 
 
 def check_gpu(data="data", *, sample: int = 1000, max_doc_bytes: int | None = None,
-              kernels: list[str] | None = None) -> list[dict]:
+              kernels: list[str] | None = None, simulate: bool = False) -> list[dict]:
     """Run every text kernel (or those named) on the CPU and on the GPU and compare them bit for
     bit: one dict per kernel with ``docs``, ``mismatches`` (must be 0), docs/s and MB/s on each
     side. ``data``: JSONL / Parquet files, a directory or a glob, or a list of texts.
+    ``simulate``: the GPU side in numba's CUDA simulator, in a new process (no GPU needed; slow,
+    so take a few short documents).
 
     >>> import gpupipe as gp
-    >>> [r["mismatches"] for r in gp.check_gpu("data/sample", sample=200)]  # doctest: +SKIP
-    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    >>> results = gp.check_gpu("data/sample", sample=8, max_doc_bytes=200, simulate=True)
+    >>> len(results) == len(CHECKS), sum(r["mismatches"] for r in results)
+    (True, 0)
+    >>> sorted(results[0])[:4]
+    ['cpu_docs_per_s', 'cpu_mb_per_s', 'docs', 'first_mismatch']
     """
     from gpupipe.errors import BackendUnavailableError, InputError, SpecError
-    from gpupipe.kernels.gpu import usable
 
     if sample < 1:
         raise SpecError(f"sample: expected at least 1 document, got {sample}")
@@ -67,6 +71,10 @@ def check_gpu(data="data", *, sample: int = 1000, max_doc_bytes: int | None = No
     unknown = [k for k in kernels or () if k not in known]
     if unknown:
         raise SpecError(f"unknown kernel(s) {unknown}; the kernels are: {', '.join(known)}")
+    if simulate:
+        return _simulated(data, sample=sample, max_doc_bytes=max_doc_bytes, kernels=kernels)
+    from gpupipe.kernels.gpu import usable
+
     ok, why = usable()
     if not ok:
         raise BackendUnavailableError(
@@ -88,6 +96,39 @@ def check_gpu(data="data", *, sample: int = 1000, max_doc_bytes: int | None = No
     return run(texts, names=kernels)
 
 
+def _simulated(data, *, sample: int, max_doc_bytes: int | None,
+               kernels: list[str] | None) -> list[dict]:
+    """`check_gpu` in a new process with ``NUMBA_ENABLE_CUDASIM=1``: the simulator replaces
+    numba.cuda only when set before numba is imported."""
+    import os
+    import subprocess
+    import tempfile
+
+    from gpupipe.errors import GpupipeError, InputError
+
+    with tempfile.TemporaryDirectory(prefix="gpupipe-check-") as tmp:
+        if isinstance(data, str | bytes) or hasattr(data, "__fspath__"):
+            path = os.fsdecode(data)
+        else:   # a list of texts travels as a JSON Lines file
+            path = os.path.join(tmp, "texts.jsonl")
+            with open(path, "w", encoding="utf-8") as f:
+                for k, t in enumerate(list(data)[:sample]):
+                    if not isinstance(t, str):
+                        raise InputError(f"check_gpu: data must be a path or a list of strings "
+                                         f"(item {k} is {type(t).__name__})")
+                    f.write(json.dumps({"text": t}) + "\n")
+        argv = [path, "--sample", str(sample), "--json"]
+        if max_doc_bytes is not None:
+            argv += ["--max-doc-bytes", str(max_doc_bytes)]
+        for k in kernels or ():
+            argv += ["--kernel", k]
+        r = subprocess.run([sys.executable, "-m", "gpupipe.gpu_check", *argv], capture_output=True,
+                           text=True, env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1"})
+    if not r.stdout.strip():
+        raise GpupipeError(f"check_gpu(simulate=True): {r.stderr.strip() or 'no output'}")
+    return json.loads(r.stdout)["results"]
+
+
 def format_table(results: list[dict]) -> str:
     head = f"{'kernel':<22}{'docs':>7}{'mismatches':>12}{'CPU docs/s':>13}{'GPU docs/s':>13}" \
            f"{'CPU MB/s':>10}{'GPU MB/s':>10}"
@@ -100,7 +141,7 @@ def format_table(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gpupipe.check_gpu")
+    p = argparse.ArgumentParser(prog="python -m gpupipe.gpu_check")
     p.add_argument("path", nargs="?", default="data")
     p.add_argument("--sample", type=int, default=1000)
     p.add_argument("--max-doc-bytes", type=int, default=None)
