@@ -15,7 +15,7 @@ from gpupipe.frame import TEXT
 from gpupipe.io import rundir
 from gpupipe.io.writer import write_json, write_npy, write_parquet
 from gpupipe.runner.stats import profile
-from gpupipe.runner.tasks import _touch, marker_path, part_name, source_counts
+from gpupipe.runner.tasks import touch, marker_path, part_name, source_counts
 from gpupipe.stages.steps import (
     Map,
     OnClient,
@@ -91,7 +91,7 @@ def run_task(i: int, *, step, ctx: StepContext, out_dir: str | None = None,
         write_parquet(dispatch.arrow_table(frame), os.path.join(out_dir, part_name(i) + ".parquet"))
         report["seconds"] = time.perf_counter() - t0
         write_json(report, os.path.join(stats_dir, part_name(i) + ".json"))
-        _touch(marker_path(out_dir, i))
+        touch(marker_path(out_dir, i))
     else:
         report["seconds"] = time.perf_counter() - t0
         write_json(report, os.path.join(ctx.step_dir(step.name), "_done", part_name(i) + ".json"))

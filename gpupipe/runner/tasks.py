@@ -107,12 +107,13 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
     report["profile"] = profile(df)
     report["seconds"] = time.perf_counter() - t0
     write_json(report, os.path.join(stats_dir, part_name(i) + ".json"))
-    _touch(marker_path(out_dir, i))
+    touch(marker_path(out_dir, i))
     failpoint(f"row/{os.path.basename(out_dir)}/{i}")
     return report
 
 
-def _touch(path: str) -> None:
+def touch(path: str) -> None:
+    """Create the empty file ``path`` (a completion marker), and its directory."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w"):
         pass
