@@ -15,7 +15,7 @@ from gpupipe.frame import TEXT
 from gpupipe.io import rundir
 from gpupipe.io.writer import write_json, write_npy, write_parquet
 from gpupipe.runner.stats import profile
-from gpupipe.runner.tasks import touch, marker_path, part_name, source_counts
+from gpupipe.runner.tasks import marker_path, part_name, source_counts, touch
 from gpupipe.stages.steps import (
     Map,
     OnClient,
