@@ -27,7 +27,7 @@ def _parts(rng, n):
 @pytest.mark.parametrize("mode", ["npartitions", "partition_size"])
 def test_the_pieces_are_dasks_partitions(mode):
     rng = random.Random(7)
-    for _ in range(60):
+    for _ in range(20):
         parts = _parts(rng, rng.randint(1, 7))
         rows = [len(p) for p in parts]
         ddf = dd.from_map(lambda i, parts=parts: parts[i], list(range(len(parts))),
