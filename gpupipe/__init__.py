@@ -11,7 +11,8 @@ True
 
 from __future__ import annotations
 
-from gpupipe import stages
+import importlib
+
 from gpupipe._version import __version__
 from gpupipe.errors import (
     BackendUnavailableError,
@@ -22,12 +23,27 @@ from gpupipe.errors import (
     SpecError,
     StageError,
 )
-from gpupipe.io import read_jsonl, read_parquet
-from gpupipe.pipeline import Pipeline
-from gpupipe.result import RunResult
-from gpupipe.stages.registry import all_stages
 from gpupipe.views import html as _html
 from gpupipe.views import report as _report
+
+#: what the face gives, imported the first time it is asked for: importing one module of
+#: gpupipe (a worker unpickling a stage, `gpupipe.backends.dispatch`) does not load them all
+_LAZY = {"Pipeline": "gpupipe.pipeline", "RunResult": "gpupipe.result",
+         "read_jsonl": "gpupipe.io", "read_parquet": "gpupipe.io", "stages": None}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'gpupipe' has no attribute {name!r}")
+    module = _LAZY[name]
+    value = (importlib.import_module(f"gpupipe.{name}") if module is None else
+             getattr(importlib.import_module(module), name))
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 # the views of the floors below (stages, pipelines, results) live in the ui floor
@@ -54,6 +70,9 @@ def explain_document(pipeline, text: str):
 
 
 def stage_names() -> list[str]:
+    """The names of every stage, built-in and from plugins."""
+    from gpupipe.stages.registry import all_stages
+
     return list(all_stages())
 
 
