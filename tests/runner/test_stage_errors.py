@@ -162,3 +162,42 @@ def test_a_stage_failing_on_a_whole_partition_but_on_no_half_loses_nothing(
     assert res.stage("batch_limit_demo")["drops"] == {}
     assert not (tmp_path / "o" / "rejected" / "batch_limit_demo").exists()
     assert res.summary["accounting"]["balanced"]
+
+
+def test_check_sees_the_run_and_a_plugin_check_without_context_still_runs(client, corpus,
+                                                                          tmp_path):
+    from gpupipe.stages import Transform, stage
+    from gpupipe.stages.registry import all_stages
+
+    if "check_demo" not in all_stages():
+        @stage("check_demo")
+        class CheckDemo(Transform):
+            """Refuses to run after a stage named length_filter."""
+
+            def check(self, ctx=None):
+                if any(s.stage_name == "length_filter" for s in ctx.earlier):
+                    raise ValueError(f"not after length_filter (position {ctx.position})")
+
+            def transform(self, df):
+                return df
+
+        @stage("old_check_demo")
+        class OldCheckDemo(Transform):
+            """A plugin's check from before it took a context."""
+
+            def check(self):
+                return "checked the old way"
+
+            def transform(self, df):
+                return df
+
+    new, old = all_stages()["check_demo"], all_stages()["old_check_demo"]
+    with pytest.raises(gp.SpecError, match=r"stage 1 \(check_demo\): not after length_filter "
+                                           r"\(position 1\)"):
+        gp.Pipeline(input={"path": str(corpus), "id_column": "id"}, output=str(tmp_path / "a"),
+                    stages=[gp.stages.LengthFilter(), new()]).run(client=client, progress=False)
+    assert not (tmp_path / "a" / "data").exists()
+    res = gp.Pipeline(input={"path": str(corpus), "id_column": "id"},
+                      output=str(tmp_path / "b"), stages=[new(), old()]).run(
+        client=client, progress=False)
+    assert res.summary["output"]["docs"] == 60
