@@ -42,6 +42,21 @@ def atomic_path(path: str) -> Iterator[str]:
             os.unlink(tmp)
 
 
+def remove_partial(directory: str) -> int:
+    """Delete the temporary files `atomic_path` left in ``directory`` when a process was killed
+    while writing (SIGKILL runs no clean-up): a resumed run writes those files again. Returns
+    how many were removed."""
+    import glob
+
+    stale = glob.glob(os.path.join(glob.escape(directory), ".*.tmp-*"))
+    for f in stale:
+        try:
+            os.unlink(f)
+        except FileNotFoundError:
+            pass
+    return len(stale)
+
+
 #: errno values that mean "no room": ENOSPC, EDQUOT, EFBIG
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 

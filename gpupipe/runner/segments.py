@@ -9,7 +9,7 @@ import os
 import time
 
 from gpupipe.io.parquet import ParquetSource
-from gpupipe.io.writer import write_json
+from gpupipe.io.writer import remove_partial, write_json
 from gpupipe.runner.cluster import gather
 from gpupipe.runner.plan import Segment, rejected_directory
 from gpupipe.runner.resume import load_state, reset, work_dir
@@ -44,6 +44,8 @@ def run_segments(pipeline, client, source, segments: list[Segment], fps, out, ba
             reset(directory, stats_dir, *stale, *kept,
                    *([rejected_dir] if seg.reads_input else []))
             state = None
+        for d in (directory, stats_dir):   # what killed tasks were writing when they died
+            remove_partial(d)
         t0 = time.perf_counter()
         if seg.kind == "row":
             filter_rejected = {p: rejected_directory(out, pipeline.all_stages(), p)

@@ -13,7 +13,7 @@ from gpupipe.backends import dispatch
 from gpupipe.faults import failpoint
 from gpupipe.frame import TEXT
 from gpupipe.io import rundir
-from gpupipe.io.writer import write_json, write_npy, write_parquet
+from gpupipe.io.writer import remove_partial, write_json, write_npy, write_parquet
 from gpupipe.runner.stats import profile
 from gpupipe.runner.tasks import marker_path, part_name, source_counts, touch
 from gpupipe.stages.steps import (
@@ -135,6 +135,10 @@ def _start_side_outputs(stage, ctx: StepContext, index_of: str | None, fresh: bo
         rundir.clear_audit(ctx.output_dir, ctx.label)
         if index_of is not None:
             rundir.clear_index(ctx.output_dir, index_of)
+    else:   # resumed: what a killed task was writing when it died
+        remove_partial(rundir.audit_dir(ctx.output_dir))
+        if index_of is not None:
+            remove_partial(rundir.index_dir(ctx.output_dir, index_of))
 
 
 def run_steps(client, stage, ctx: StepContext, *, out_dir: str, stats_dir: str, bar,

@@ -64,7 +64,17 @@ def test_resume_after_a_kill_inside_each_step(client, planted, tmp_path, stage):
     for m in gone:
         m.unlink()
         (out / "data" / f"{m.name}.parquet").unlink()
+    # files a SIGKILL left half-written under their temporary names (no clean-up runs)
+    index = out / "dedup" / "index" / stage.stage_name
+    (index / "manifest.json").unlink()
+    half = [out / "data" / ".part-00003.parquet.tmp-0123456789ab",
+            index / ".part-00003.parquet.tmp-0123456789ab",
+            out / "dedup" / "duplicates.parquet" / ".0-x-part-00003.parquet.tmp-0123456789ab"]
+    for f in half:
+        f.write_bytes(b"PAR1 cut short")
     again = pipe.run(client=client, progress=False)
+    assert not any(f.exists() for f in half) and not list(out.rglob(".*.tmp-*"))
+    assert (index / "manifest.json").exists()   # committed again once every partition is
     steps = again.stage(stage.stage_name)["steps"]
     assert [s["computed"] for s in steps] == [0] * (len(steps) - 1) + [len(gone)]
     assert len(gone) == 2 and files(out / "data") == expected and files(out / "dedup") == audit
