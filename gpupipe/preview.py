@@ -88,7 +88,7 @@ def explain_document(p, text: str, id: str = "doc") -> pd.DataFrame:
             rows.append([st.stage_name, "text changed",
                          v.frame_out[TEXT].iloc[0] != v.frame_in[TEXT].iloc[0], "", "transform"])
             continue
-        label = st.stage_name if names.count(st.stage_name) == 1 else f"{st.stage_name}-{pos}"
+        label = _label(v.stage, pos, names)   # the inner stage: no source prefix
         reason = v.result.frame[v.look.reason_column].iloc[0]
         verdict = "keep" if pd.isna(reason) else f"drop: {reason}"
         measures = v.look.measures(v.frame_in)

@@ -39,10 +39,4 @@ def to_backend(frame, name: str):
     return cudf_backend.from_host(frame)
 
 
-def meta_on(meta, backend: str):
-    """An empty frame (Dask ``meta``) of ``backend``: it decides which collection Dask builds
-    (a pandas one or a dask_cudf one)."""
-    return to_backend(meta, backend)
-
-
-__all__ = ["NAMES", "dispatch", "meta_on", "to_backend"]
+__all__ = ["NAMES", "dispatch", "to_backend"]

@@ -42,6 +42,10 @@ def index_file(output_dir: str, stage_name: str, i: int, suffix: str) -> str:
     return os.path.join(index_dir(output_dir, stage_name), f"part-{i:05d}.{suffix}")
 
 
+def index_manifest(output_dir: str, stage_name: str) -> str:
+    return os.path.join(index_dir(output_dir, stage_name), "manifest.json")
+
+
 def clear_index(output_dir: str, stage_name: str) -> None:
     shutil.rmtree(index_dir(output_dir, stage_name), ignore_errors=True)
 
@@ -51,4 +55,4 @@ def commit_index(output_dir: str, stage_name: str, params: dict, partitions: int
     it uses the index (`gpupipe.stages.dedup.common.open_indexes`)."""
     write_json({"format": INDEX_FORMAT, "version": 1, "stage": stage_name, "params": params,
                 "partitions": partitions},
-               os.path.join(index_dir(output_dir, stage_name), "manifest.json"))
+               index_manifest(output_dir, stage_name))

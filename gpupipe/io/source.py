@@ -99,11 +99,10 @@ def read_partition(source, i: int, backend: str) -> ReadResult:
 
 
 class FrameReader:
-    """Picklable callable for `dask.dataframe.from_map`: partition index -> dataframe (pandas,
-    or cuDF with ``backend="cudf"``)."""
+    """Picklable callable for `dask.dataframe.from_map`: partition index -> pandas frame."""
 
-    def __init__(self, source, backend: str = "pandas"):
-        self.source, self.backend = source, backend
+    def __init__(self, source):
+        self.source = source
 
     def __call__(self, i: int):
-        return read_partition(self.source, i, self.backend).frame
+        return self.source.read(i).frame

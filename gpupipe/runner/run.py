@@ -121,7 +121,7 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     backend = resolve_backend(pipeline.backend)
     source = make_pipeline_source(pipeline)
     segments = plan(pipeline.all_stages())
-    _warn_conversions(pipeline, backend.name)
+    _warn_conversions(pipeline, segments, backend.name)
     if backend.name == "cudf" and pipeline.cluster.kind == "local":
         log.warning("backend: cudf on a local CPU cluster: every worker process shares the first "
                     "GPU; cluster: {kind: cuda} starts one worker per GPU")
@@ -186,13 +186,13 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     return summary
 
 
-def _warn_conversions(pipeline, backend: str) -> None:
+def _warn_conversions(pipeline, segments, backend: str) -> None:
     """One warning per stage before which partitions are copied between the GPU and the host
     (what `explain` shows)."""
     from gpupipe.runner.plan import conversions
 
     stages = pipeline.all_stages()
-    for pos, direction in sorted(conversions(plan(stages), backend).items()):
+    for pos, direction in sorted(conversions(segments, backend).items()):
         a, b = ("GPU", "host") if direction == "device->host" else ("host", "GPU")
         log.warning("stages[%d] %s: every partition is copied from the %s to the %s before it "
                     "(it runs on %s)", pos, stages[pos].stage_name, a, b,

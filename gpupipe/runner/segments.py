@@ -131,10 +131,9 @@ def _source_accounting(read_reports: list[dict], stage_stats: list[StageStats]) 
     out: dict[str, dict] = {}
     for r in read_reports:
         got = out.setdefault(r.get("source_name", "?"), {"records_in": 0, "rejected": 0})
-        got["records_in"] += r["read"]["docs"] + sum(
-            v for k, v in r["read"].get("rejected", {}).items() if k != "corrupt_file")
-        got["rejected"] += sum(v for k, v in r["read"].get("rejected", {}).items()
-                               if k != "corrupt_file")
+        read = ReadStats.from_json(r["read"])
+        got["records_in"] += read.docs + read.records_rejected
+        got["rejected"] += read.records_rejected
     for name, got in out.items():
         prev = got["records_in"] - got["rejected"]
         chain = True

@@ -8,10 +8,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-#: the JSON keys of a stage's entry, in run.json's order
-_STAGE_KEYS = ("position", "stage", "kind", "params", "docs_in", "docs_out", "bytes_in",
-               "bytes_out", "drops", "counters", "seconds", "backend")
-
 
 def _sum(a: dict, b: dict) -> dict:
     out = dict(a)

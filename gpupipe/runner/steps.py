@@ -48,10 +48,16 @@ def _write_outputs(step, ctx: StepContext, i: int, out: Output) -> None:
         else:
             write_parquet(table, os.path.join(d, part_name(i) + ".parquet"))
     for name, value in out.files.items():
-        if hasattr(value, "schema"):
-            write_parquet(value, ctx.side(step.name, name, i, "parquet"))
-        else:
-            write_npy(value, ctx.side(step.name, name, i, "npy"))
+        _write_value(value, ctx.side(step.name, name, i, _suffix(value)))
+
+
+def _suffix(value) -> str:
+    return "parquet" if hasattr(value, "schema") else "npy"
+
+
+def _write_value(value, path: str) -> None:
+    """An Arrow table as Parquet, a numpy array as ``.npy``."""
+    (write_parquet if _suffix(value) == "parquet" else write_npy)(value, path)
 
 
 def _write_side_outputs(ctx: StepContext, i: int, out: Output, index_of: str | None) -> None:
@@ -62,11 +68,7 @@ def _write_side_outputs(ctx: StepContext, i: int, out: Output, index_of: str | N
         raise TypeError(f"{ctx.stage_name}: the drop step returns an index but the stage has "
                         f"no index_params()")
     for suffix, value in out.index.items():
-        path = rundir.index_file(ctx.output_dir, index_of, i, suffix)
-        if hasattr(value, "schema"):
-            write_parquet(value, path)
-        else:
-            write_npy(value, path)
+        _write_value(value, rundir.index_file(ctx.output_dir, index_of, i, suffix))
 
 
 def run_task(i: int, *, step, ctx: StepContext, out_dir: str | None = None,
@@ -124,11 +126,11 @@ def _done_report(step, ctx, i, out_dir, stats_dir) -> dict | None:
         return None
 
 
-def _start_side_outputs(stage, ctx: StepContext, index_of: str | None, fresh: bool) -> None:
+def _start_side_outputs(ctx: StepContext, index_of: str | None, fresh: bool) -> None:
     """Before the output step: its index is uncommitted (no manifest) until every partition
     is written; a step starting afresh first clears what an earlier run of the stage left."""
     if index_of is not None:
-        manifest = os.path.join(rundir.index_dir(ctx.output_dir, index_of), "manifest.json")
+        manifest = rundir.index_manifest(ctx.output_dir, index_of)
         if os.path.exists(manifest):
             os.remove(manifest)
     if fresh:
@@ -182,7 +184,7 @@ def run_steps(client, stage, ctx: StepContext, *, out_dir: str, stats_dir: str, 
             old = [r for r in found.values() if r is not None]
             todo = [i for i, r in found.items() if r is None]
             if step.output:
-                _start_side_outputs(stage, ctx, index_of, fresh=not old)
+                _start_side_outputs(ctx, index_of, fresh=not old)
             bar.start(f"{label}: {step.name}", n, len(old))
             futures = client.map(run_task, todo, step=step, ctx=ctx, out_dir=out_dir,
                                  stats_dir=stats_dir, index_of=index_of, pure=False,

@@ -144,11 +144,6 @@ class StepContext:
 
         return read_partition(self.source, i, self.backend).frame
 
-    def meta(self):
-        from gpupipe.backends import meta_on
-
-        return meta_on(self.source.meta(), self.backend)
-
     def step_dir(self, step: str) -> str:
         return os.path.join(self.work_dir, self.step_dirs.get(step, step))
 

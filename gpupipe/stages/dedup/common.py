@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpupipe.errors import SpecError
-from gpupipe.io.rundir import INDEX_FORMAT, index_dir
+from gpupipe.io.rundir import INDEX_FORMAT, index_dir, index_manifest
 from gpupipe.stages.steps import Output
 
 Keep = Literal["first", "longest", "shortest_id"]
@@ -152,7 +152,7 @@ def open_indexes(against: list[str], stage_name: str, params: dict,
             raise SpecError(f"{stage_name}.against: {run!r} is this run's own output directory; "
                             f"name earlier runs only")
         d = index_dir(run, stage_name)
-        manifest = os.path.join(d, "manifest.json")
+        manifest = index_manifest(run, stage_name)
         try:
             with open(os.path.join(run, "run.json"), encoding="utf-8") as f:
                 status = json.load(f).get("status")
@@ -193,7 +193,7 @@ def against_identity(against: tuple[str, ...], stage_name: str) -> dict:
     for run in against:
         stamp = []
         for path in (os.path.join(run, "run.json"),
-                     os.path.join(index_dir(run, stage_name), "manifest.json")):
+                     index_manifest(run, stage_name)):
             try:
                 st = os.stat(path)
                 stamp.append([st.st_size, st.st_mtime_ns])
