@@ -1,5 +1,6 @@
 """Where a run's side outputs live in its directory (the contract of ``docs/formats.md``):
-what dedup removed, ``dedup/duplicates.parquet/<stage label>-part-NNNNN.parquet``, and the index
+what dedup removed, ``dedup/duplicates.parquet/<stage label>-part-NNNNN.parquet`` (whole
+documents) and ``dedup/spans.parquet/…`` (spans cut out of documents), and the index
 a dedup stage leaves for later runs, ``dedup/index/<stage>/part-NNNNN.<suffix>`` with its
 ``manifest.json`` written last. The runner writes them (`gpupipe.runner.steps`); stages read
 earlier runs' indexes through the same paths."""
@@ -15,8 +16,12 @@ from gpupipe.io.writer import write_json
 INDEX_FORMAT = "gpupipe-dedup-index"
 
 
-def audit_dir(output_dir: str) -> str:
-    return os.path.join(output_dir, "dedup", "duplicates.parquet")
+#: the audit tables: whole documents removed, spans cut out of documents
+AUDITS = ("duplicates", "spans")
+
+
+def audit_dir(output_dir: str, name: str = "duplicates") -> str:
+    return os.path.join(output_dir, "dedup", f"{name}.parquet")
 
 
 def audit_prefix(label: str) -> str:
@@ -24,14 +29,17 @@ def audit_prefix(label: str) -> str:
     return label.replace(":", "-")
 
 
-def audit_file(output_dir: str, label: str, i: int) -> str:
-    return os.path.join(audit_dir(output_dir), f"{audit_prefix(label)}-part-{i:05d}.parquet")
+def audit_file(output_dir: str, label: str, i: int, name: str = "duplicates") -> str:
+    return os.path.join(audit_dir(output_dir, name),
+                        f"{audit_prefix(label)}-part-{i:05d}.parquet")
 
 
 def clear_audit(output_dir: str, label: str) -> None:
     """Remove this stage's audit files of an earlier run (the partition count may differ)."""
-    for f in glob.glob(os.path.join(audit_dir(output_dir), f"{audit_prefix(label)}-part-*.parquet")):
-        os.remove(f)
+    for name in AUDITS:
+        for f in glob.glob(os.path.join(audit_dir(output_dir, name),
+                                        f"{audit_prefix(label)}-part-*.parquet")):
+            os.remove(f)
 
 
 def index_dir(output_dir: str, stage_name: str) -> str:

@@ -23,6 +23,7 @@ from gpupipe.kernels import (
     pii,
     quality,
     repetition,
+    spans,
     utf8,
     words,
 )
@@ -138,7 +139,8 @@ def _mismatches(cpu: tuple, gpu: tuple, n: int) -> np.ndarray:
 
 @dataclasses.dataclass
 class Text:
-    """UTF-8 data with per-document offsets (C4's rewritten text)."""
+    """UTF-8 data with per-document offsets (C4's rewritten text), or any flat array with them
+    (span dedup's units)."""
 
     data: np.ndarray
     offsets: np.ndarray
@@ -210,6 +212,33 @@ def _eval_index(s: Sample):
 def _contamination(launcher, s: Sample) -> tuple:
     return tuple(launcher(s.offsets, s.data, *_eval_index(s)))
 
+#: (unit, span, normalisation options) of the span dedup checks
+SPAN_OPTIONS = (("sentence", 3, (True, True, True, True)), ("line", 1, (False, False, False, False)),
+                ("paragraph", 2, (True, True, True, True)))
+
+
+def _ragged(values: np.ndarray, counts: np.ndarray) -> Text:
+    """Per-document runs of a flat array (``counts[d]`` values each), compared per document."""
+    offsets = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return Text(np.asarray(values), offsets)
+
+
+def _spans(launcher, s: Sample) -> tuple:
+    out = []
+    for unit, span, norm in SPAN_OPTIONS:
+        nunits, ends, nwin, wh = launcher(s.offsets, s.data, unit, span, spans.norm_table(*norm))
+        out += [nunits, _ragged(ends, nunits), nwin, _ragged(wh, nwin)]
+    return tuple(out)
+
+
+def _span_cut(units, cut, s: Sample) -> tuple:
+    """Every other unit (of the sentence units) cut out."""
+    nunits, ends, _, _ = units(s.offsets, s.data, "sentence", 3, spans.norm_table())
+    offsets, data, changed = cut(s.offsets, s.data, nunits, ends, np.arange(len(ends)) % 2 == 0)
+    return Text(data, offsets), changed
+
+
 CHECKS: tuple[Check, ...] = (
     Check("count_chars_words", "length_filter, word_count_filter (whitespace)",
           lambda s: (utf8.count_chars(s.offsets, s.data), utf8.count_words(s.offsets, s.data)),
@@ -269,6 +298,11 @@ CHECKS: tuple[Check, ...] = (
     Check("decontamination", "decontaminate (n-grams matched, sets, regions)",
           lambda s: _contamination(contamination.contamination_scan, s),
           lambda s: _contamination(_gpu().contamination_scan, s)),
+    Check("span_units", "span_dedup (units, window hashes: sentence, line, paragraph)",
+          lambda s: _spans(spans.span_units, s), lambda s: _spans(_gpu().span_units, s)),
+    Check("span_cut", "span_dedup (the text without its repeated spans)",
+          lambda s: _span_cut(spans.span_units, spans.cut_units, s),
+          lambda s: _span_cut(_gpu().span_units, _gpu().cut_units, s)),
     Check("language_id", "language_id (scores, label, probability)", _langid_cpu, _langid_gpu),
     Check("langid_prepare_check", "language_id (which texts are prepared on the host)",
           lambda s: (langid.langid_needs_prepare(s.offsets, s.data),),

@@ -15,16 +15,17 @@ from gpupipe.kernels.normalize import needs_normalization
 from gpupipe.kernels.pii import pii_candidates
 from gpupipe.kernels.quality import c4_rewrite, fineweb_features, gopher_quality_features
 from gpupipe.kernels.repetition import gopher_repetition_features
+from gpupipe.kernels.spans import cut_units, span_units
 from gpupipe.kernels.utf8 import count_chars, count_substrings, count_words
 from gpupipe.kernels.words import count_tokens
 
 #: every launcher
 __all__ = ["c4_rewrite", "clean_text", "contamination_scan", "count_chars", "count_substrings", "count_tokens",
-           "count_words", "fineweb_features",
+           "count_words", "cut_units", "fineweb_features",
            "gopher_quality_features", "gopher_repetition_features", "langid_identify",
            "langid_needs_prepare",
            "langid_scores", "minhash", "minhash_ngrams", "needs_normalization",
-           "pii_candidates", "xxh64_strings"]
+           "pii_candidates", "span_units", "xxh64_strings"]
 
 #: the launchers `gpupipe.kernels.gpu` has too, with the same parameters (tested against it):
 #: a stage computing only with these runs on cuDF (`gpupipe.stages.base.stage`)

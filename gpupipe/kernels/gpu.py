@@ -36,6 +36,7 @@ from gpupipe.kernels import (
     pii,
     quality,
     repetition,
+    spans,
     utf8,
     words,
 )
@@ -712,3 +713,78 @@ def langid_scores(offsets, data, model=None, *, chunk_bytes: int = CHUNK_BYTES) 
 def langid_identify(offsets, data, model=None) -> tuple[np.ndarray, np.ndarray]:
     """(class index, probability): scores on the GPU, the softmax on the host (as on CPU)."""
     return langid.pick(langid_scores(offsets, data, model), model)
+
+
+# --------------------------------------------------------------------------- span dedup
+
+@kernel((OFF, U8, i64, i64, I32, U8, I64, I64, U64, U64, I64, I64))
+def _span_units_kernel(offsets, data, unit, span, table, classes, reg, ends, uh, wh, nunits,
+                       nwin):
+    d = cuda.grid(1)
+    if d < nunits.shape[0]:
+        r0 = reg[d]
+        r1 = reg[d + 1]
+        n = spans.split_doc(data, offsets[d], offsets[d + 1], unit, table, classes,
+                            ends[r0:r1], uh[r0:r1])
+        nunits[d] = n
+        nwin[d] = spans.doc_windows(uh[r0:r1], n, span, wh[r0:r1])
+
+
+def _gather(values: np.ndarray, reg: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The first ``counts[d]`` values of each document's region ``reg[d]:`` (on the host)."""
+    idx = np.repeat(reg[:-1] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+    return values[idx]
+
+
+def span_units(offsets, data, unit: str, span: int, table: np.ndarray, *,
+               chunk_bytes: int = CHUNK_BYTES):
+    """`gpupipe.kernels.spans.span_units` on the GPU (the same four arrays, on the host)."""
+    off, host, chunks = _per_chunk(offsets, chunk_bytes)
+    n = len(host) - 1
+    if n == 0:
+        return spans.span_units(host, np.zeros(0, np.uint8), unit, span, table)
+    dat, classes = to_device(data), to_device(spans.CLASS_TABLE)
+    tab = to_device(table)
+    nunits, nwin = _zeros(n, np.int64), _zeros(n, np.int64)
+    ends_all, wh_all = [], []
+    for a, b in chunks:
+        reg = _regions(host, a, b)
+        size = int(reg[-1])
+        ends, uh, wh = _empty(size, np.int64), _empty(size, np.uint64), _empty(size, np.uint64)
+        _launch(_span_units_kernel, b - a, off[a: b + 1], dat, spans.UNITS[unit], span, tab,
+                classes, to_device(reg), ends, uh, wh, nunits[a:b], nwin[a:b])
+        nu, nw = to_host(nunits[a:b]), to_host(nwin[a:b])
+        ends_all.append(_gather(to_host(ends), reg, nu))
+        wh_all.append(_gather(to_host(wh), reg, nw))
+    return (to_host(nunits), np.concatenate(ends_all).astype(np.int64), to_host(nwin),
+            np.concatenate(wh_all).astype(np.uint64))
+
+
+@kernel((OFF, U8, I64, I64, B1, U8, i64, I64, B1))
+def _cut_units_kernel(offsets, data, unit_off, ends, cut, out, base, lens, changed):
+    d = cuda.grid(1)
+    if d < lens.shape[0]:
+        u0 = unit_off[d]
+        u1 = unit_off[d + 1]
+        length, ch = spans.cut_doc(data, offsets[d], offsets[d + 1], ends[u0:u1], u1 - u0,
+                                   cut[u0:u1], out, offsets[d] - base)
+        lens[d] = length
+        changed[d] = ch
+
+
+def cut_units(offsets, data, nunits, ends, cut):
+    """`gpupipe.kernels.spans.cut_units` on the GPU (the same three results, on the host)."""
+    host = _host_offsets(offsets)
+    n = len(host) - 1
+    unit_off = np.zeros(n + 1, np.int64)
+    np.cumsum(np.asarray(nunits, np.int64), out=unit_off[1:])
+    total = int(host[-1] - host[0]) if n else 0
+    out = _empty(max(total, 1), np.uint8)
+    lens, changed = _zeros(n, np.int64), _zeros(n, np.bool_)
+    _launch(_cut_units_kernel, n, to_device(offsets), to_device(data), to_device(unit_off),
+            to_device(np.asarray(ends, np.int64)), to_device(np.asarray(cut, np.bool_)), out,
+            int(host[0]) if n else 0, lens, changed)
+    lens = to_host(lens)
+    starts = host[:-1] - host[0]
+    text, new_off = _compact(out, total, starts, lens)
+    return new_off, text, to_host(changed)

@@ -62,8 +62,10 @@ def _write_value(value, path: str) -> None:
 
 def _write_side_outputs(ctx: StepContext, i: int, out: Output, index_of: str | None) -> None:
     """The output step's audit rows and index partition, where the run directory has them."""
-    if out.audit is not None and out.audit.num_rows:
-        write_parquet(out.audit, rundir.audit_file(ctx.output_dir, ctx.label, i))
+    audits = out.audit if isinstance(out.audit, dict) else {"duplicates": out.audit}
+    for name, table in audits.items():
+        if table is not None and table.num_rows:
+            write_parquet(table, rundir.audit_file(ctx.output_dir, ctx.label, i, name))
     if out.index and index_of is None:
         raise TypeError(f"{ctx.stage_name}: the drop step returns an index but the stage has "
                         f"no index_params()")
@@ -138,7 +140,8 @@ def _start_side_outputs(ctx: StepContext, index_of: str | None, fresh: bool) -> 
         if index_of is not None:
             rundir.clear_index(ctx.output_dir, index_of)
     else:   # resumed: what a killed task was writing when it died
-        remove_partial(rundir.audit_dir(ctx.output_dir))
+        for name in rundir.AUDITS:
+            remove_partial(rundir.audit_dir(ctx.output_dir, name))
         if index_of is not None:
             remove_partial(rundir.index_dir(ctx.output_dir, index_of))
 

@@ -9,6 +9,7 @@ from gpupipe.stages.base import Filter, GlobalStage, RowStage, Stage, StageResul
 from gpupipe.stages.dedup.exact import ExactDedup
 from gpupipe.stages.dedup.fuzzy import FuzzyDedup
 from gpupipe.stages.dedup.semantic import SemanticDedup
+from gpupipe.stages.dedup.span import SpanDedup
 from gpupipe.stages.filters.decontaminate import Decontaminate
 from gpupipe.stages.filters.language import LanguageId
 from gpupipe.stages.filters.length_filter import LengthFilter
@@ -30,6 +31,7 @@ __all__ = [
     "Classify",
     "Embed",
     "SemanticDedup",
+    "SpanDedup",
     "LanguageId",
     "PiiRedact",
     "RegexFilter",

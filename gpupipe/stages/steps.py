@@ -50,7 +50,8 @@ class Output:
     #: rows removed, by reason (output step)
     drops: dict[str, int] = dataclasses.field(default_factory=dict)
     #: output step: audit rows of the removed documents (``AUDIT_SCHEMA`` of the dedup stages),
-    #: which the runner writes to ``dedup/duplicates.parquet/<position>-<stage>-part-i.parquet``
+    #: which the runner writes to ``dedup/duplicates.parquet/<position>-<stage>-part-i.parquet``;
+    #: or ``{name: table}`` for ``dedup/<name>.parquet/`` (`gpupipe.io.rundir.AUDITS`)
     audit: Any = None
     #: output step: partition ``i`` of the index this run leaves for later runs, suffix -> Arrow
     #: table or numpy array; the runner writes ``dedup/index/<stage>/part-i.<suffix>`` and,

@@ -16,7 +16,8 @@ KERNELS = {"_count_chars_kernel", "_count_words_kernel", "_needs_normalization_k
            "_gopher_quality_kernel", "_gopher_repetition_kernel", "_fineweb_kernel",
            "_c4_kernel", "_xxh64_kernel", "_minhash_kernel", "_minhash_ngrams_kernel",
            "_langid_kernel", "_clean_kernel", "_langid_prepare_kernel",
-           "_count_substrings_kernel", "_pii_kernel", "_contamination_kernel"}
+           "_count_substrings_kernel", "_pii_kernel", "_contamination_kernel",
+           "_span_units_kernel", "_cut_units_kernel"}
 
 
 def test_every_kernel_compiles_for_sm80_and_sm90(capsys):

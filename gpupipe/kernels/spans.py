@@ -1,0 +1,390 @@
+"""Span dedup: documents cut into units (lines, paragraphs or sentences), each unit hashed after
+normalisation, a hash per window of ``span`` consecutive units; and the cut that removes units.
+
+**Units** tile a document: unit ``k`` covers the bytes ``[ends[k - 1], ends[k])`` (unit 0
+from the document's start), so cutting units never leaves a hole or a seam. A unit ends
+
+* ``line``: after its ``\\n``;
+* ``paragraph``: after the run of blank lines that closes it (two or more ``\\n`` with only
+  spaces, tabs and ``\\r`` between them);
+* ``sentence``: before the whitespace that follows a chunk (a run of non-whitespace) ending in
+  terminal punctuation (``. ! ?`` and their Unicode kin) and, optionally, closing quotes and
+  brackets; an ellipsis (``..``, ``...``) or an abbreviation (``e.g.``, ``U.S.``, ``J.``: one
+  letter, or a ``.`` earlier in the chunk) does not end a sentence. The full stops of scripts
+  written without spaces (``。！？｡``) end one at once (after their closing brackets). The
+  whitespace after a sentence starts the next one, as in datatrove's ``SentenceDedupFilter``.
+
+The last unit ends at the end of the document. Text with nothing left after normalisation (a
+``-----`` line, a blank line) is no unit of its own: it joins the unit after it.
+
+**Normalisation** (`norm_table`) maps each code point to what is hashed: lower case with accents
+stripped (``case``), every run of digits to ``0`` (``digits``), punctuation and symbols to a
+separator (``punctuation``), runs of separators to one space and none at the ends
+(``whitespace``, which also makes every whitespace character a separator). A unit's hash is
+``fmix64`` of the FNV-1a of its normalised code points; a window's hash combines its units' in
+order (`window_hash`). `reference_normalize` is the same mapping in plain Python.
+
+`span_units` and `cut_units` are the CPU launchers; `gpupipe.kernels.gpu` has the CUDA ones,
+over the same routines.
+"""
+
+from __future__ import annotations
+
+import functools
+import unicodedata
+
+import numba
+import numpy as np
+
+from gpupipe.kernels.hashing import fmix64
+from gpupipe.kernels.target import device, max_len
+from gpupipe.kernels.utf8 import decode
+
+__all__ = ["UNITS", "cut_units", "norm_table", "reference_normalize", "span_units"]
+
+UNITS = {"line": 0, "paragraph": 1, "sentence": 2}
+
+_U64 = np.uint64
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+_BASE = np.uint64(0x9E3779B97F4A7C15)
+
+#: what the table says of a code point besides "hash this one"
+SEPARATOR, IGNORED, DIGIT = -1, 0, -2
+
+#: terminal punctuation of scripts written with spaces (spaCy's sentencizer's, in short)
+TERMINALS = ".!?\u0589\u061f\u06d4\u0700\u0701\u0702\u0964\u0965\u104a\u104b\u1362\u1367" \
+            "\u1368\u166e\u1803\u1809\u203c\u203d\u2047\u2048\u2049\u2e2e\ua4ff\ua60e\ua60f" \
+            "\ufe52\ufe56\ufe57\uff0e\uff01\uff1f"
+#: full stops of scripts written without spaces: a sentence ends right after them
+CJK_TERMINALS = "\u3002\uff61"
+#: closing quotes and brackets that stay with the sentence they close
+CLOSERS = "\"')]}\u00bb\u2019\u201d\u203a\u300d\u300f\u3011\u3009\u300b\uff09\uff3d\uff5d"
+#: whitespace that separates chunks (sentence unit), as Python's str.split
+WHITESPACE = "".join(chr(c) for c in range(0x3001) if chr(c).isspace())
+
+
+@functools.cache
+def _categories() -> np.ndarray:
+    """The first letter of each code point's Unicode category (planes 0-3; the rest are 'C')."""
+    return np.array([ord(unicodedata.category(chr(c))[0]) for c in range(0x40000)], np.uint8)
+
+
+@functools.cache
+def norm_table(case: bool = True, digits: bool = True, punctuation: bool = True,
+               whitespace: bool = True) -> np.ndarray:
+    """int32[0x110000]: per code point `SEPARATOR`, `IGNORED`, `DIGIT` or the code point hashed.
+
+    * letters, marks, digits: themselves; with ``case`` lower-cased and accents stripped (NFKD
+      without its combining marks; a lone combining mark is ignored); with ``digits``, decimal
+      digits are `DIGIT`;
+    * punctuation and symbols: separators with ``punctuation``, else themselves;
+    * whitespace: separators with ``whitespace``, else themselves;
+    * controls, format characters, unassigned and private use: separators.
+    """
+    table = np.full(0x110000, SEPARATOR, dtype=np.int32)
+    cat = _categories()
+    for cp in np.flatnonzero(np.isin(cat, [ord("L"), ord("M"), ord("N")])):
+        ch = chr(cp)
+        if case:
+            if unicodedata.combining(ch):
+                table[cp] = IGNORED
+                continue
+            base = "".join(c for c in unicodedata.normalize("NFKD", ch)
+                           if not unicodedata.combining(c)).lower()
+            table[cp] = ord(base) if len(base) == 1 else (
+                ord(ch.lower()) if len(ch.lower()) == 1 else cp)
+        else:
+            table[cp] = cp
+        if digits and ch.isdecimal():
+            table[cp] = DIGIT
+    if not punctuation:
+        ps = np.flatnonzero(np.isin(cat, [ord("P"), ord("S")]))
+        table[ps] = ps
+    space = np.array([ord(c) for c in WHITESPACE], np.int64)
+    table[space] = SEPARATOR if whitespace else space
+    return table
+
+
+def reference_normalize(text: str, table: np.ndarray, whitespace: bool = True) -> str:
+    """The normalised text of ``text`` as the kernels hash it (plain Python: the reference of
+    the tests)."""
+    out: list[str] = []
+    pending = in_digits = False
+    for ch in text:
+        v = int(table[ord(ch)])
+        if v == SEPARATOR:
+            pending, in_digits = bool(out), False
+        elif v == IGNORED:
+            continue
+        elif v == DIGIT and in_digits:
+            continue
+        else:
+            if pending:
+                out.append(" ")
+                pending = False
+            out.append("0" if v == DIGIT else chr(v))
+            in_digits = v == DIGIT
+    return "".join(out)
+
+
+def _class_table() -> np.ndarray:
+    """uint8[0x3001]: 1 whitespace, 2 terminal, 3 CJK terminal, 4 closer, 5 '.', 6 letter."""
+    t = np.zeros(0x10000, np.uint8)
+    cat = _categories()
+    t[np.flatnonzero(cat[:0x10000] == ord("L"))] = 6
+    for chars, k in ((WHITESPACE, 1), (TERMINALS, 2), (CJK_TERMINALS, 3), (CLOSERS, 4),
+                     (".", 5)):
+        t[[ord(c) for c in chars]] = k
+    return t
+
+
+CLASS_TABLE = _class_table()
+
+
+@device(inline=True)
+def _hash_char(v, h, content, pending, in_digits):
+    """One code point into a unit's running hash: (h, content, pending, in_digits)."""
+    if v == SEPARATOR:
+        return h, content, content, False
+    if v == IGNORED or (v == DIGIT and in_digits):
+        return h, content, pending, in_digits
+    if pending:
+        h = (h ^ _U64(32)) * _FNV_PRIME
+    c = _U64(48) if v == DIGIT else _U64(v)
+    return (h ^ c) * _FNV_PRIME, True, False, v == DIGIT
+
+
+@device(inline=True)
+def window_hash(uh, k, span):
+    """Hash of the ``span`` units from ``k`` (their hashes ``uh``), in order."""
+    g = _U64(span)
+    for j in range(span):
+        g = fmix64(g * _BASE + uh[k + j])
+    return g
+
+
+@device
+def split_doc(data, start, end, unit, table, classes, ends, uh):
+    """Cut ``data[start:end]`` into units: writes each unit's end (absolute byte offset) into
+    ``ends`` and its hash into ``uh`` (both as long as the document); returns how many."""
+    n = 0
+    h = _FNV_OFFSET
+    content = False
+    pending = False
+    in_digits = False
+    # sentence state of the current chunk: it ends in a terminal run (+ closers) (trailing),
+    # the last character was a terminal (in_run), the run's '.'s and other terminals, the '.'s
+    # before the run, its letters; a CJK stop waits for its closers (cjk)
+    trailing = False
+    in_run = False
+    run_dots = 0
+    run_other = False
+    dots_before = 0
+    dots = 0
+    letters = 0
+    cjk = False
+    i = start
+    while i < end:
+        c, step = decode(data, i)
+        at = -1
+        if unit == 2:
+            k = classes[c] if c < classes.shape[0] else 0
+            if cjk and k != 4:
+                at = i
+                cjk = False
+            if k == 1:
+                if trailing and (run_other or (run_dots == 1 and dots_before == 0
+                                               and letters != 1)):
+                    at = i
+                trailing = False
+                in_run = False
+                dots = 0
+                letters = 0
+            elif k == 2 or k == 5:
+                if not in_run:
+                    dots_before = dots
+                    run_dots = 0
+                    run_other = False
+                in_run = True
+                trailing = True
+                if k == 5:
+                    run_dots += 1
+                    dots += 1
+                else:
+                    run_other = True
+            elif k == 4:
+                in_run = False
+            elif k == 3:
+                cjk = True
+                trailing = False
+                in_run = False
+            else:
+                trailing = False
+                in_run = False
+                if k == 6:
+                    letters += 1
+        if at >= 0 and content:
+            ends[n] = at
+            uh[n] = fmix64(h)
+            n += 1
+            h = _FNV_OFFSET
+            content = False
+            pending = False
+            in_digits = False
+        v = table[c] if c < table.shape[0] else -1
+        h, content, pending, in_digits = _hash_char(v, h, content, pending, in_digits)
+        i += step
+        if unit != 2 and c == 10:
+            at = i
+            if unit == 1:   # a paragraph ends only at a blank line, after all of them
+                blank = False
+                j = i
+                while j < end:
+                    b = data[j]
+                    if b == 10:
+                        blank = True
+                        at = j + 1
+                    elif b != 32 and b != 9 and b != 13:
+                        break
+                    j += 1
+                if not blank:
+                    continue
+                while i < at:   # the blank lines (ASCII) belong to the paragraph they close
+                    h, content, pending, in_digits = _hash_char(table[data[i]], h, content,
+                                                                pending, in_digits)
+                    i += 1
+            if content:
+                ends[n] = at
+                uh[n] = fmix64(h)
+                n += 1
+                h = _FNV_OFFSET
+                content = False
+                pending = False
+                in_digits = False
+    if content:
+        ends[n] = end
+        uh[n] = fmix64(h)
+        n += 1
+    return n
+
+
+@device
+def doc_windows(uh, n, span, wh):
+    """The hash of every window of ``span`` units of a document's ``n`` units into ``wh``;
+    returns how many (none when it has fewer than ``span`` units)."""
+    if n < span:
+        return 0
+    for k in range(n - span + 1):
+        wh[k] = window_hash(uh, k, span)
+    return n - span + 1
+
+
+@device
+def cut_doc(data, start, end, ends, nunits, cut, out, o):
+    """Copy ``data[start:end]`` without the units flagged in ``cut`` to ``out[o:]``; after a
+    cut, without the whitespace it would start with (as datatrove's filter). Returns (bytes
+    written, whether a unit was cut)."""
+    w = o
+    a = start
+    any_cut = False
+    for k in range(nunits + 1):
+        b = ends[k] if k < nunits else end   # past the last unit: what has nothing to hash
+        if k < nunits and cut[k]:
+            any_cut = True
+        else:
+            for j in range(a, b):
+                out[w] = data[j]
+                w += 1
+        a = b
+    if not any_cut:
+        return w - o, False
+    s = o
+    while s < w:
+        b = out[s]
+        if b == 32 or b == 9 or b == 10 or b == 13 or b == 11 or b == 12:
+            s += 1
+        else:
+            break
+    if s > o:
+        for j in range(s, w):
+            out[o + j - s] = out[j]
+        w -= s - o
+    return w - o, True
+
+
+# --------------------------------------------------------------------------- CPU launchers
+
+@numba.njit(cache=True, nogil=True)
+def _span_units_cpu(offsets, data, unit, span, table, classes, ends_tmp, uh_tmp, wh_tmp,
+                    nunits, nwin, ends, wh):
+    u = 0
+    w = 0
+    for d in range(nunits.shape[0]):
+        n = split_doc(data, offsets[d], offsets[d + 1], unit, table, classes, ends_tmp, uh_tmp)
+        m = doc_windows(uh_tmp, n, span, wh_tmp)
+        if u + n > ends.shape[0]:
+            bigger = np.empty(max(2 * ends.shape[0], u + n), np.int64)
+            bigger[:u] = ends[:u]
+            ends = bigger
+        if w + m > wh.shape[0]:
+            more = np.empty(max(2 * wh.shape[0], w + m), np.uint64)
+            more[:w] = wh[:w]
+            wh = more
+        ends[u:u + n] = ends_tmp[:n]
+        wh[w:w + m] = wh_tmp[:m]
+        nunits[d] = n
+        nwin[d] = m
+        u += n
+        w += m
+    return ends[:u], wh[:w]
+
+
+def span_units(offsets, data, unit: str, span: int, table: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per document its units and windows: (units per document, every unit's end as an absolute
+    byte offset into ``data``, windows per document, every window's hash), flat in document
+    order. A document with fewer than ``span`` units has no window."""
+    offsets, data = np.asarray(offsets, np.int64), np.asarray(data)
+    n = len(offsets) - 1
+    nunits, nwin = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    if n == 0:
+        return nunits, np.zeros(0, np.int64), nwin, np.zeros(0, np.uint64)
+    m = max_len(offsets)
+    guess = max(16, int(offsets[-1] - offsets[0]) // 32)
+    ends, wh = _span_units_cpu(offsets, data, UNITS[unit], span, table, CLASS_TABLE,
+                               np.empty(m, np.int64), np.empty(m, np.uint64),
+                               np.empty(m, np.uint64), nunits, nwin,
+                               np.empty(guess, np.int64), np.empty(guess, np.uint64))
+    return nunits, ends, nwin, wh
+
+
+@numba.njit(cache=True, nogil=True)
+def _cut_units_cpu(offsets, data, unit_off, ends, cut, out, lens, changed):
+    w = 0
+    for d in range(lens.shape[0]):
+        u = unit_off[d]
+        n = unit_off[d + 1] - u
+        length, ch = cut_doc(data, offsets[d], offsets[d + 1], ends[u:u + n], n,
+                             cut[u:u + n], out, w)
+        lens[d] = length
+        changed[d] = ch
+        w += length
+    return w
+
+
+def cut_units(offsets, data, nunits, ends, cut) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Documents without their units flagged in ``cut`` (one flag per unit of `span_units`):
+    (new int64 offsets, new UTF-8 data, changed per document)."""
+    offsets, data = np.asarray(offsets, np.int64), np.asarray(data)
+    n = len(offsets) - 1
+    unit_off = np.zeros(n + 1, np.int64)
+    np.cumsum(nunits, out=unit_off[1:])
+    out = np.empty(max(int(offsets[-1] - offsets[0]) if n else 0, 1), np.uint8)
+    lens, changed = np.zeros(n, np.int64), np.zeros(n, np.bool_)
+    if n:
+        _cut_units_cpu(offsets, data, unit_off, np.asarray(ends, np.int64),
+                       np.asarray(cut, np.bool_), out, lens, changed)
+    new_off = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=new_off[1:])
+    return new_off, out[:new_off[-1]], changed
