@@ -1,7 +1,7 @@
 """Real faults on a real run of the CLI: SIGKILL of the whole process group (driver and
-workers) inside the read segment, inside fuzzy dedup's steps and while the shards are written,
-then a rerun; and Ctrl-C (SIGINT to the group). Shards, data and the dedup audit must equal an
-uninterrupted run's, byte for byte."""
+workers) inside the read segment, inside fuzzy and span dedup's steps and while the shards are
+written, then a rerun; and Ctrl-C (SIGINT to the group). Shards, data and the dedup audits must
+equal an uninterrupted run's, byte for byte."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ stages:
   - {{stage: length_filter, min_words: 20}}
   - {{stage: exact_dedup}}
   - {{stage: fuzzy_dedup}}
+  - {{stage: span_dedup, unit: line, span: 2, min_words: 5}}
   - {{stage: tokenize, tokenizer: {REPO / 'data' / 'tokenizer.json'}}}
 output: {{path: {out}, shards: {{num_shards: 3, splits: {{train: 0.9, valid: 0.1}}}}}}
 """)
@@ -66,7 +67,8 @@ def run_to_end(pipe: Path) -> None:
 
 
 def digests(out: Path) -> dict:
-    files = [p for sub in ("data", "shards", "dedup/duplicates.parquet", "dedup/index")
+    files = [p for sub in ("data", "shards", "dedup/duplicates.parquet", "dedup/spans.parquet",
+                             "dedup/index")
              for p in sorted((out / sub).rglob("*")) if p.is_file()
              and (p.suffix in (".parquet", ".bin", ".idx", ".npy") or
                   p.parent.parent.name == "index")]
@@ -116,6 +118,7 @@ FUZZY = ["signatures", "candidates", "pairs", "select", "drop"]
     *[f"step/fuzzy_dedup/{s}/{0 if s == 'select' else 3}" for s in FUZZY],
     "step-done/fuzzy_dedup/pairs",                         # between two steps
     "index/fuzzy_dedup",                                   # index written, not committed
+    *[f"step/span_dedup/{s}/{k}" for s, k in (("spans", 5), ("count", 1), ("cut", 7))],
     "shard-route/20", "shard-write/train/1",
     "manifest",                                            # shards written, manifest not yet
 ])
