@@ -247,6 +247,71 @@ def _dedup_section(run_dir: str, s: dict) -> list[str]:
     return out
 
 
+#: rows of the span table of the report
+TOP_SPANS = 20
+
+
+def _top_spans(run_dir: str) -> tuple[object, dict] | None:
+    """The ``TOP_SPANS`` spans cut from the most documents per span_dedup stage (a frame: stage,
+    hash, count, documents cut, bytes removed, text), and the bytes each stage's audit
+    attributes to spans; None when there is no span audit or it is too large to read."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    audit = os.path.join(run_dir, "dedup", "spans.parquet")
+    files = sorted(glob.glob(os.path.join(audit, "*.parquet")))
+    if not files or sum(pq.read_metadata(f).num_rows for f in files) > MAX_AUDIT_ROWS:
+        return None
+    frame = pq.ParquetDataset(files).read(columns=["stage", "hash", "count", "id",
+                                                   "bytes"]).to_pandas()
+    if frame.empty:
+        return None
+    totals = frame.groupby("stage")["bytes"].sum().to_dict()
+    per = (frame.groupby(["stage", "hash"], sort=False)
+           .agg(count=("count", "max"), cut_from=("id", "nunique"), bytes=("bytes", "sum"))
+           .reset_index()
+           .sort_values(["stage", "count", "bytes", "hash"], ascending=[True, False, False, True],
+                        kind="stable"))
+    top = per.groupby("stage", sort=True).head(TOP_SPANS)
+    wanted = set(top["hash"].tolist())
+    texts: dict = {}
+    for f in files:
+        t = pq.read_table(f, columns=["hash", "text"])
+        t = t.filter(pc.is_in(t["hash"], value_set=pa.array(sorted(wanted), pa.uint64())))
+        for h, text in zip(t["hash"].to_pylist(), t["text"].to_pylist()):
+            texts.setdefault(h, text)
+    return top.assign(text=[texts.get(h) for h in top["hash"].tolist()]), totals
+
+
+def _spans_section(run_dir: str, s: dict) -> list[str]:
+    stages = [st for st in s.get("stages", []) if st["stage"] == "span_dedup"]
+    if not stages:
+        return []
+    out = ["<h2>Repeated spans</h2>"]
+    for st in stages:
+        c = st.get("counters", {})
+        out.append(f"<p>{st['position']}: span_dedup: {c.get('spans_cut', 0):,} spans cut from "
+                   f"{c.get('documents_cut', 0):,} of {c.get('documents', 0):,} documents, "
+                   f"{c.get('bytes_cut', 0) / 1e6:,.2f} MB; {c.get('repeated_spans', 0):,} of "
+                   f"{c.get('distinct_spans', 0):,} distinct spans repeated</p>")
+    got = _top_spans(run_dir)
+    if got is None:
+        out.append('<p class="note">no span cut, or the audit (dedup/spans.parquet) is too '
+                   'large to summarise here</p>')
+        return out
+    top, totals = got
+    for stage, rows in top.groupby("stage", sort=True):
+        total = totals.get(stage, 0) or 1
+        out.append(f"<p>{_e(stage)}: the {len(rows)} most repeated spans (documents that have "
+                   f"them; share of the bytes the stage cut):</p>")
+        out.append(_table(["documents", "cut from", "bytes cut", "share", "text"],
+                          [[f"{r.count:,}", f"{r.cut_from:,}", f"{r.bytes:,}",
+                            f"{r.bytes / total:.1%}", _snippet(r.text)]
+                           for r in rows.itertuples()]))
+    return out
+
+
 def _distributions(run_dir: str, s: dict) -> list[str]:
     """Text lengths and languages of the documents read and of the output. Runs record both in
     run.json (every document, counted as it is read and written); for run directories from
@@ -322,6 +387,7 @@ def render(run_dir: str) -> str:
                                                  read["rejected"].items()]))
     out += _distributions(run_dir, s)
     out += _dedup_section(run_dir, s)
+    out += _spans_section(run_dir, s)
     shards = s.get("shards")
     if shards:
         out.append("<h2>Shards</h2>")

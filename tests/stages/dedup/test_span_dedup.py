@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -256,3 +257,21 @@ def test_run_json_counts(client, corner_dir, tmp_path):
     st = next(s for s in summary["stages"] if s["stage"] == "span_dedup")
     assert [s["step"] for s in st["steps"]] == ["spans", "count", "cut"]
     assert st["counters"]["documents"] == 11 and summary["accounting"]["balanced"]
+
+
+def test_the_report_lists_the_most_repeated_spans(client, corner_dir, tmp_path):
+    import html
+
+    out = tmp_path / "o"
+    res = run(client, corner_dir, out, min_words=1)
+    page = open(res.report_path, encoding="utf-8").read()
+    section = page[page.index("<h2>Repeated spans</h2>"):]
+    assert "8 spans cut from 6 of 11 documents" in section
+    cells = re.findall(r"<td>([^<]*)</td>", section.split("</table>")[0])
+    rows = [[html.unescape(c) for c in cells[k:k + 5]] for k in range(0, len(cells), 5)]
+    sp = pd.read_parquet(out / "dedup" / "spans.parquet")
+    banner = sp[sp["count"] == 6]
+    assert rows[0] == ["6", "5", f"{banner['bytes'].sum():,}",
+                       f"{banner['bytes'].sum() / sp['bytes'].sum():.1%}",
+                       "Cookie banner here. Accept all cookies now. Read our policy today."]
+    assert len(rows) == sp["hash"].nunique() == 4
