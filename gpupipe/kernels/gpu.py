@@ -717,14 +717,18 @@ def langid_identify(offsets, data, model=None) -> tuple[np.ndarray, np.ndarray]:
 
 # --------------------------------------------------------------------------- span dedup
 
-@kernel((OFF, U8, i64, i64, I32, U8, I64, I64, U64, U64, I64, I64))
-def _span_units_kernel(offsets, data, unit, span, table, classes, reg, ends, uh, wh, nunits,
-                       nwin):
+@kernel((OFF, U8, i64, i64, I32, U8, U16, I64, I64, I32, I64, I64, I64, I64, I64, U64, U64,
+         I64, I64))
+def _span_units_kernel(offsets, data, unit, span, table, classes, T, reg, sreg, cp, ts, te, ss,
+                       se, ends, uh, wh, nunits, nwin):
     d = cuda.grid(1)
     if d < nunits.shape[0]:
         r0 = reg[d]
         r1 = reg[d + 1]
-        n = spans.split_doc(data, offsets[d], offsets[d + 1], unit, table, classes,
+        s0 = sreg[d]
+        s1 = sreg[d + 1]
+        n = spans.split_doc(data, offsets[d], offsets[d + 1], unit, table, classes, T,
+                            cp[s0:s1], ts[s0:s1], te[s0:s1], ss[s0:s1], se[s0:s1],
                             ends[r0:r1], uh[r0:r1])
         nunits[d] = n
         nwin[d] = spans.doc_windows(uh[r0:r1], n, span, wh[r0:r1])
@@ -744,15 +748,18 @@ def span_units(offsets, data, unit: str, span: int, table: np.ndarray, *,
     if n == 0:
         return spans.span_units(host, np.zeros(0, np.uint8), unit, span, table)
     dat, classes = to_device(data), to_device(spans.CLASS_TABLE)
-    tab = to_device(table)
+    tab, T = to_device(table), to_device(char_table())
     nunits, nwin = _zeros(n, np.int64), _zeros(n, np.int64)
     ends_all, wh_all = [], []
     for a, b in chunks:
         reg = _regions(host, a, b)
         size = int(reg[-1])
+        # the sentence unit tokenizes: scratch as long as each document; the others need none
+        sreg = reg if unit == "sentence" else np.zeros(b - a + 1, np.int64)
         ends, uh, wh = _empty(size, np.int64), _empty(size, np.uint64), _empty(size, np.uint64)
         _launch(_span_units_kernel, b - a, off[a: b + 1], dat, spans.UNITS[unit], span, tab,
-                classes, to_device(reg), ends, uh, wh, nunits[a:b], nwin[a:b])
+                classes, T, to_device(reg), to_device(sreg), *_scratch(max(int(sreg[-1]), 1)),
+                ends, uh, wh, nunits[a:b], nwin[a:b])
         nu, nw = to_host(nunits[a:b]), to_host(nwin[a:b])
         ends_all.append(_gather(to_host(ends), reg, nu))
         wh_all.append(_gather(to_host(wh), reg, nw))
@@ -760,14 +767,14 @@ def span_units(offsets, data, unit: str, span: int, table: np.ndarray, *,
             np.concatenate(wh_all).astype(np.uint64))
 
 
-@kernel((OFF, U8, I64, I64, B1, U8, i64, I64, B1))
-def _cut_units_kernel(offsets, data, unit_off, ends, cut, out, base, lens, changed):
+@kernel((OFF, U8, I64, I64, B1, U8, U8, i64, I64, B1))
+def _cut_units_kernel(offsets, data, unit_off, ends, cut, classes, out, base, lens, changed):
     d = cuda.grid(1)
     if d < lens.shape[0]:
         u0 = unit_off[d]
         u1 = unit_off[d + 1]
         length, ch = spans.cut_doc(data, offsets[d], offsets[d + 1], ends[u0:u1], u1 - u0,
-                                   cut[u0:u1], out, offsets[d] - base)
+                                   cut[u0:u1], classes, out, offsets[d] - base)
         lens[d] = length
         changed[d] = ch
 
@@ -782,7 +789,8 @@ def cut_units(offsets, data, nunits, ends, cut):
     out = _empty(max(total, 1), np.uint8)
     lens, changed = _zeros(n, np.int64), _zeros(n, np.bool_)
     _launch(_cut_units_kernel, n, to_device(offsets), to_device(data), to_device(unit_off),
-            to_device(np.asarray(ends, np.int64)), to_device(np.asarray(cut, np.bool_)), out,
+            to_device(np.asarray(ends, np.int64)), to_device(np.asarray(cut, np.bool_)),
+            to_device(spans.CLASS_TABLE), out,
             int(host[0]) if n else 0, lens, changed)
     lens = to_host(lens)
     starts = host[:-1] - host[0]

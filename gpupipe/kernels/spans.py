@@ -7,12 +7,16 @@ from the document's start), so cutting units never leaves a hole or a seam. A un
 * ``line``: after its ``\\n``;
 * ``paragraph``: after the run of blank lines that closes it (two or more ``\\n`` with only
   spaces, tabs and ``\\r`` between them);
-* ``sentence``: before the whitespace that follows a chunk (a run of non-whitespace) ending in
-  terminal punctuation (``. ! ?`` and their Unicode kin) and, optionally, closing quotes and
-  brackets; an ellipsis (``..``, ``...``) or an abbreviation (``e.g.``, ``U.S.``, ``J.``: one
-  letter, or a ``.`` earlier in the chunk) does not end a sentence. The full stops of scripts
-  written without spaces (``。！？｡``) end one at once (after their closing brackets). The
-  whitespace after a sentence starts the next one, as in datatrove's ``SentenceDedupFilter``.
+* ``sentence``: where spaCy's sentencizer ends one, as datatrove's ``SentenceDedup`` splits
+  English: over the document's word tokens (`gpupipe.kernels.words`, spaCy's blank English
+  tokenizer approximated), a sentence ends after a token that is sentence-final punctuation
+  (``. ! ?`` and their Unicode kin) and the punctuation tokens after it (closing quotes,
+  brackets, more stops), at the end of that last token; so ``e.g.`` or ``U.S.``, kept as one
+  token, ends nothing; whitespace other than one space between words is a token (spaCy's), so
+  a full stop followed by a line break ends a sentence there. The whitespace after a sentence starts the
+  next one, as in datatrove's filter. Besides, the full stops of scripts written without spaces
+  (``。｡！？``) end a sentence right after them and their closing brackets, where the English
+  tokenizer sees one long word.
 
 The last unit ends at the end of the document. Text with nothing left after normalisation (a
 ``-----`` line, a blank line) is no unit of its own: it joins the unit after it.
@@ -36,9 +40,11 @@ import unicodedata
 import numba
 import numpy as np
 
+from gpupipe.charsets import char_table
 from gpupipe.kernels.hashing import fmix64
 from gpupipe.kernels.target import device, max_len
-from gpupipe.kernels.utf8 import decode
+from gpupipe.kernels.utf8 import decode, decode_doc
+from gpupipe.kernels.words import scratch, sentence_breaks, tokenize
 
 __all__ = ["UNITS", "cut_units", "norm_table", "reference_normalize", "span_units"]
 
@@ -52,12 +58,9 @@ _BASE = np.uint64(0x9E3779B97F4A7C15)
 #: what the table says of a code point besides "hash this one"
 SEPARATOR, IGNORED, DIGIT = -1, 0, -2
 
-#: terminal punctuation of scripts written with spaces (spaCy's sentencizer's, in short)
-TERMINALS = ".!?\u0589\u061f\u06d4\u0700\u0701\u0702\u0964\u0965\u104a\u104b\u1362\u1367" \
-            "\u1368\u166e\u1803\u1809\u203c\u203d\u2047\u2048\u2049\u2e2e\ua4ff\ua60e\ua60f" \
-            "\ufe52\ufe56\ufe57\uff0e\uff01\uff1f"
-#: full stops of scripts written without spaces: a sentence ends right after them
-CJK_TERMINALS = "\u3002\uff61"
+#: full stops of scripts written without spaces: a sentence ends right after them (and after
+#: the closing brackets that follow), inside a run of text without spaces too
+CJK_TERMINALS = "\u3002\uff61\uff01\uff1f"
 #: closing quotes and brackets that stay with the sentence they close
 CLOSERS = "\"')]}\u00bb\u2019\u201d\u203a\u300d\u300f\u3011\u3009\u300b\uff09\uff3d\uff5d"
 #: whitespace that separates chunks (sentence unit), as Python's str.split
@@ -129,13 +132,12 @@ def reference_normalize(text: str, table: np.ndarray, whitespace: bool = True) -
 
 
 def _class_table() -> np.ndarray:
-    """uint8[0x3001]: 1 whitespace, 2 terminal, 3 CJK terminal, 4 closer, 5 '.', 6 letter."""
+    """uint8[0x10000]: 1 whitespace (``str.isspace``), 3 a CJK full stop, 4 a closing quote or
+    bracket, 0 the rest."""
     t = np.zeros(0x10000, np.uint8)
-    cat = _categories()
-    t[np.flatnonzero(cat[:0x10000] == ord("L"))] = 6
-    for chars, k in ((WHITESPACE, 1), (TERMINALS, 2), (CJK_TERMINALS, 3), (CLOSERS, 4),
-                     (".", 5)):
-        t[[ord(c) for c in chars]] = k
+    t[[ord(c) for c in WHITESPACE]] = 1
+    t[[ord(c) for c in CLOSERS]] = 4
+    t[[ord(c) for c in CJK_TERMINALS]] = 3
     return t
 
 
@@ -165,65 +167,37 @@ def window_hash(uh, k, span):
 
 
 @device
-def split_doc(data, start, end, unit, table, classes, ends, uh):
+def split_doc(data, start, end, unit, table, classes, T, cp, ts, te, ss, se, ends, uh):
     """Cut ``data[start:end]`` into units: writes each unit's end (absolute byte offset) into
-    ``ends`` and its hash into ``uh`` (both as long as the document); returns how many."""
+    ``ends`` and its hash into ``uh`` (both as long as the document); returns how many. The
+    sentence unit tokenizes the document first (``T``: `gpupipe.charsets.char_table`; ``cp``,
+    ``ts``, ``te``, ``ss``, ``se``: the tokenizer's scratch, as long as the document)."""
     n = 0
     h = _FNV_OFFSET
     content = False
     pending = False
     in_digits = False
-    # sentence state of the current chunk: it ends in a terminal run (+ closers) (trailing),
-    # the last character was a terminal (in_run), the run's '.'s and other terminals, the '.'s
-    # before the run, its letters; a CJK stop waits for its closers (cjk)
-    trailing = False
-    in_run = False
-    run_dots = 0
-    run_other = False
-    dots_before = 0
-    dots = 0
-    letters = 0
-    cjk = False
+    nb = 0      # sentence: the sentencizer's breaks (code point positions, in ss) and the next
+    b = 0
+    c = 0       # the code point position of byte i
+    cjk = False  # a CJK full stop waits for its closing brackets
+    if unit == 2:
+        m = decode_doc(data, start, end, cp)
+        nb = sentence_breaks(cp, m, tokenize(cp, 0, m, T, ts, te, ss, se), T, ts, te, True, ss)
     i = start
     while i < end:
-        c, step = decode(data, i)
+        ch, step = decode(data, i)
         at = -1
         if unit == 2:
-            k = classes[c] if c < classes.shape[0] else 0
+            if b < nb and ss[b] == c:
+                at = i
+                b += 1
+            k = classes[ch] if ch < classes.shape[0] else 0
             if cjk and k != 4:
                 at = i
                 cjk = False
-            if k == 1:
-                if trailing and (run_other or (run_dots == 1 and dots_before == 0
-                                               and letters != 1)):
-                    at = i
-                trailing = False
-                in_run = False
-                dots = 0
-                letters = 0
-            elif k == 2 or k == 5:
-                if not in_run:
-                    dots_before = dots
-                    run_dots = 0
-                    run_other = False
-                in_run = True
-                trailing = True
-                if k == 5:
-                    run_dots += 1
-                    dots += 1
-                else:
-                    run_other = True
-            elif k == 4:
-                in_run = False
-            elif k == 3:
+            if k == 3:
                 cjk = True
-                trailing = False
-                in_run = False
-            else:
-                trailing = False
-                in_run = False
-                if k == 6:
-                    letters += 1
         if at >= 0 and content:
             ends[n] = at
             uh[n] = fmix64(h)
@@ -232,20 +206,21 @@ def split_doc(data, start, end, unit, table, classes, ends, uh):
             content = False
             pending = False
             in_digits = False
-        v = table[c] if c < table.shape[0] else -1
+        v = table[ch] if ch < table.shape[0] else -1
         h, content, pending, in_digits = _hash_char(v, h, content, pending, in_digits)
         i += step
-        if unit != 2 and c == 10:
+        c += 1
+        if unit != 2 and ch == 10:
             at = i
             if unit == 1:   # a paragraph ends only at a blank line, after all of them
                 blank = False
                 j = i
                 while j < end:
-                    b = data[j]
-                    if b == 10:
+                    x = data[j]
+                    if x == 10:
                         blank = True
                         at = j + 1
-                    elif b != 32 and b != 9 and b != 13:
+                    elif x != 32 and x != 9 and x != 13:
                         break
                     j += 1
                 if not blank:
@@ -281,10 +256,10 @@ def doc_windows(uh, n, span, wh):
 
 
 @device
-def cut_doc(data, start, end, ends, nunits, cut, out, o):
+def cut_doc(data, start, end, ends, nunits, cut, classes, out, o):
     """Copy ``data[start:end]`` without the units flagged in ``cut`` to ``out[o:]``; after a
-    cut, without the whitespace it would start with (as datatrove's filter). Returns (bytes
-    written, whether a unit was cut)."""
+    cut, without the whitespace it would start with (``str.lstrip``, as datatrove's filter).
+    Returns (bytes written, whether a unit was cut)."""
     w = o
     a = start
     any_cut = False
@@ -301,9 +276,9 @@ def cut_doc(data, start, end, ends, nunits, cut, out, o):
         return w - o, False
     s = o
     while s < w:
-        b = out[s]
-        if b == 32 or b == 9 or b == 10 or b == 13 or b == 11 or b == 12:
-            s += 1
+        c, step = decode(out, s)
+        if c < classes.shape[0] and classes[c] == 1:
+            s += step
         else:
             break
     if s > o:
@@ -316,12 +291,14 @@ def cut_doc(data, start, end, ends, nunits, cut, out, o):
 # --------------------------------------------------------------------------- CPU launchers
 
 @numba.njit(cache=True, nogil=True)
-def _span_units_cpu(offsets, data, unit, span, table, classes, ends_tmp, uh_tmp, wh_tmp,
+def _span_units_cpu(offsets, data, unit, span, table, classes, T, ends_tmp, uh_tmp, wh_tmp,
                     nunits, nwin, ends, wh):
+    cp, ts, te, ss, se = scratch(ends_tmp.shape[0] if unit == 2 else 1)
     u = 0
     w = 0
     for d in range(nunits.shape[0]):
-        n = split_doc(data, offsets[d], offsets[d + 1], unit, table, classes, ends_tmp, uh_tmp)
+        n = split_doc(data, offsets[d], offsets[d + 1], unit, table, classes, T, cp, ts, te, ss,
+                      se, ends_tmp, uh_tmp)
         m = doc_windows(uh_tmp, n, span, wh_tmp)
         if u + n > ends.shape[0]:
             bigger = np.empty(max(2 * ends.shape[0], u + n), np.int64)
@@ -353,20 +330,20 @@ def span_units(offsets, data, unit: str, span: int, table: np.ndarray
     m = max_len(offsets)
     guess = max(16, int(offsets[-1] - offsets[0]) // 32)
     ends, wh = _span_units_cpu(offsets, data, UNITS[unit], span, table, CLASS_TABLE,
-                               np.empty(m, np.int64), np.empty(m, np.uint64),
+                               char_table(), np.empty(m, np.int64), np.empty(m, np.uint64),
                                np.empty(m, np.uint64), nunits, nwin,
                                np.empty(guess, np.int64), np.empty(guess, np.uint64))
     return nunits, ends, nwin, wh
 
 
 @numba.njit(cache=True, nogil=True)
-def _cut_units_cpu(offsets, data, unit_off, ends, cut, out, lens, changed):
+def _cut_units_cpu(offsets, data, unit_off, ends, cut, classes, out, lens, changed):
     w = 0
     for d in range(lens.shape[0]):
         u = unit_off[d]
         n = unit_off[d + 1] - u
         length, ch = cut_doc(data, offsets[d], offsets[d + 1], ends[u:u + n], n,
-                             cut[u:u + n], out, w)
+                             cut[u:u + n], classes, out, w)
         lens[d] = length
         changed[d] = ch
         w += length
@@ -384,7 +361,7 @@ def cut_units(offsets, data, nunits, ends, cut) -> tuple[np.ndarray, np.ndarray,
     lens, changed = np.zeros(n, np.int64), np.zeros(n, np.bool_)
     if n:
         _cut_units_cpu(offsets, data, unit_off, np.asarray(ends, np.int64),
-                       np.asarray(cut, np.bool_), out, lens, changed)
+                       np.asarray(cut, np.bool_), CLASS_TABLE, out, lens, changed)
     new_off = np.zeros(n + 1, np.int64)
     np.cumsum(lens, out=new_off[1:])
     return new_off, out[:new_off[-1]], changed

@@ -40,7 +40,7 @@ from gpupipe.kernels.target import device, max_len
 from gpupipe.kernels.utf8 import decode_doc, has, utf8_buffers
 
 __all__ = ["count_sentences", "count_tokens", "lower_ascii", "next_piece", "scratch",
-           "tokenize", "tokenize_texts"]
+           "sentence_breaks", "token_spans", "tokenize", "tokenize_texts"]
 
 DOT = 46
 APOS = 39
@@ -346,28 +346,45 @@ def _tokenize_all(offsets, data, T, maxlen):
     return counts, spans
 
 
-def tokenize_texts(texts: list[str]) -> list[list[str]]:
-    """The word tokens of each text (for tests, notebooks and comparing with other tokenizers)."""
+def token_spans(texts: list[str]) -> list[list[tuple[int, int]]]:
+    """The (start, end) character spans of each text's word tokens."""
     arr = pa.array(texts, type=pa.large_string())
     offsets, data = utf8_buffers(arr)
     counts, spans = _tokenize_all(offsets, data, char_table(), max_len(offsets))
     out, j = [], 0
-    for text, c in zip(texts, counts):
-        out.append([text[a:b] for a, b in spans[j: j + c]])
+    for c in counts:
+        out.append([(int(a), int(b)) for a, b in spans[j: j + c]])
         j += c
     return out
 
 
+def tokenize_texts(texts: list[str]) -> list[list[str]]:
+    """The word tokens of each text (for tests, notebooks and comparing with other tokenizers)."""
+    return [[text[a:b] for a, b in spans] for text, spans in zip(texts, token_spans(texts))]
+
+
 @device
-def count_sentences(buf, lo, hi, T, ts, te, ss, se):
-    """Sentences of buf[lo:hi] as spaCy's sentencizer splits the tokens (1 for a non-empty
-    text, +1 at each non-punctuation token after a sentence-final punctuation token)."""
-    k = tokenize(buf, lo, hi, T, ts, te, ss, se)
-    if k == 0:
-        return 0
-    sents = 1
+def sentence_breaks(buf, n, k, T, ts, te, spaces, out):
+    """Where spaCy's sentencizer ends sentences among the ``k`` tokens ``ts``/``te`` of
+    ``buf[:n]``: a sentence-final punctuation token, then the punctuation after it, end one; the
+    next token starts the next. Writes the end of each sentence but the last (the end of its last
+    token, a code point position) into ``out``; returns how many.
+
+    With ``spaces``, whitespace is tokenized as spaCy does: a run of whitespace other than one
+    ``' '`` between words is a token of its own (not punctuation), so it starts a sentence after
+    a full stop; counting sentences does not need it (datatrove drops blank sentences)."""
+    m = 0
     seen = False
-    for j in range(k):
+    for j in range(k + 1 if spaces else k):
+        if spaces and seen:
+            g0 = te[j - 1]
+            g1 = ts[j] if j < k else n
+            if g1 - g0 > 1 or (g1 - g0 == 1 and buf[g0] != 32):
+                out[m] = g0
+                m += 1
+                seen = False
+        if j == k:
+            break
         a = ts[j]
         b = te[j]
         in_chars = b - a == 1 and has(T, buf[a], TERMINAL)
@@ -377,11 +394,22 @@ def count_sentences(buf, lo, hi, T, ts, te, ss, se):
                 is_punct = False
                 break
         if seen and not is_punct and not in_chars:
-            sents += 1
+            out[m] = te[j - 1]
+            m += 1
             seen = False
         elif in_chars:
             seen = True
-    return sents
+    return m
+
+
+@device
+def count_sentences(buf, lo, hi, T, ts, te, ss, se):
+    """Sentences of buf[lo:hi] as spaCy's sentencizer splits the tokens (1 for a non-empty
+    text, +1 at each non-punctuation token after a sentence-final punctuation token)."""
+    k = tokenize(buf, lo, hi, T, ts, te, ss, se)
+    if k == 0:
+        return 0
+    return 1 + sentence_breaks(buf, hi, k, T, ts, te, False, ss)   # (the stack is free again)
 
 
 # --------------------------------------------------------------------------- word counts

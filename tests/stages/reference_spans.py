@@ -1,28 +1,47 @@
-"""Plain-Python reference of ``span_dedup``: units found with regular expressions and ``str``
-methods, spans as tuples of normalised unit strings in dicts and sets, one document at a time.
-Only the normalisation table (`norm_table`, the spec of what is hashed) and the punctuation lists
-are shared with the kernels; the splitting, hashing, counting and cutting are written again."""
+"""Plain-Python reference of ``span_dedup``: units found with regular expressions, spaCy's
+sentencizer rule written again over the word tokens, spans as tuples of normalised unit strings
+in dicts and sets, one document at a time. Shared with the kernels: the normalisation table
+(`norm_table`, the spec of what is hashed), the punctuation lists and the word tokenizer (tested
+against spaCy's on its own); the splitting, hashing, counting and cutting are written again."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
 
-from gpupipe.kernels.spans import (
-    CJK_TERMINALS,
-    CLOSERS,
-    TERMINALS,
-    norm_table,
-    reference_normalize,
-)
+from gpupipe.charsets import DATATROVE_TERMINAL
+from gpupipe.kernels.spans import CJK_TERMINALS, CLOSERS, norm_table, reference_normalize
+from gpupipe.kernels.words import token_spans
 
 M64 = (1 << 64) - 1
 NORMS = ("case", "digits", "punctuation", "whitespace")
-ASCII_SPACE = " \t\n\r\x0b\x0c"
 
 
-def _letters(s: str) -> int:
-    return sum(1 for ch in s if ord(ch) < 0x10000 and unicodedata.category(ch)[0] == "L")
+TERMINAL = {chr(c) for lo, hi in DATATROVE_TERMINAL for c in range(lo, hi + 1)}
+
+
+def sentencizer(text: str) -> list[int]:
+    """spaCy's ``Sentencizer.predict`` over the word tokens: the end of each sentence's last
+    token, but the last sentence's."""
+    spans = token_spans([text])[0]
+    out, seen, prev = [], False, None
+    for j, (a, b) in enumerate([*spans, (len(text), len(text))]):
+        # spaCy makes a token of whitespace between words unless it is one ' '
+        if seen and prev is not None and text[prev:a] not in ("", " "):
+            out.append(prev)
+            seen = False
+        if j == len(spans):
+            break
+        prev = b
+        tok = text[a:b]
+        in_chars = tok in TERMINAL
+        is_punct = all(unicodedata.category(ch).startswith("P") for ch in tok)
+        if seen and not is_punct and not in_chars:
+            out.append(spans[j - 1][1])
+            seen = False
+        elif in_chars:
+            seen = True
+    return out
 
 
 def boundaries(text: str, unit: str) -> list[int]:
@@ -31,18 +50,8 @@ def boundaries(text: str, unit: str) -> list[int]:
         return [m.end() for m in re.finditer("\n", text)]
     if unit == "paragraph":
         return [m.end() for m in re.finditer(r"\n(?:[ \t\r]*\n)+", text)]
-    out = []
-    for m in re.finditer(r"\S+", text):            # chunks between Python whitespace
-        body = m.group().rstrip(CLOSERS)
-        stem = body.rstrip(TERMINALS)
-        run, before = body[len(stem):], stem
-        if not run:
-            continue
-        if any(ch != "." for ch in run) or (run == "." and "." not in before
-                                            and _letters(before) != 1):
-            out.append(m.end())
-    for m in re.finditer(f"[{CJK_TERMINALS}][{re.escape(CLOSERS)}]*", text):
-        out.append(m.end())
+    out = sentencizer(text)
+    out += [m.end() for m in re.finditer(f"[{CJK_TERMINALS}][{re.escape(CLOSERS)}]*", text)]
     return sorted({b for b in out if b < len(text)})
 
 
@@ -85,37 +94,38 @@ def table_for(normalize=NORMS):
 
 
 def span_dedup(docs: list[tuple[str, str]], unit: str = "sentence", span: int = 3,
-               normalize=NORMS, max_occurrences: int = 1, min_words: int = 50):
+               normalize=NORMS, max_occurrences: int = 1, min_words: int = 50,
+               within_document: bool = False):
     """``docs`` (id, text) in keep order -> (kept documents {id: text}, audit rows
     (id, start, end, count, kept_by, bytes, text) in document order, ids emptied)."""
     table = table_for(normalize)
     split = [units(t, unit, table) for _, t in docs]
-    owners: dict[tuple, list[int]] = {}
+    seen: dict[tuple, list[tuple[int, int]]] = {}   # span -> its (document, window)s in order
     for d, us in enumerate(split):
         for k in range(len(us) - span + 1):
-            key = tuple(u[2] for u in us[k:k + span])
-            who = owners.setdefault(key, [])
-            if d not in who:
-                who.append(d)
+            seen.setdefault(tuple(u[2] for u in us[k:k + span]), []).append((d, k))
     kept, audit, emptied = {}, [], []
     for d, ((doc_id, text), us) in enumerate(zip(docs, split)):
         cut, reach = set(), 0
         for k in range(len(us) - span + 1):
-            key = tuple(u[2] for u in us[k:k + span])
-            who = owners[key]
-            if len(who) <= max_occurrences or who[0] == d:
+            where = seen[tuple(u[2] for u in us[k:k + span])]
+            owner = where[0][0]
+            docs_with = len({w for w, _ in where})
+            found = len(where) if within_document else docs_with
+            if found <= max_occurrences or (owner == d and (not within_document
+                                                             or where[0][1] == k)):
                 continue
             a, b = us[k][0], us[k + span - 1][1]
             removed = len(text[max(a, reach):b].encode()) if b > reach else 0
             reach = max(reach, b)
-            audit.append((doc_id, a, b, len(who), docs[who[0]][0], removed, text[a:b]))
+            audit.append((doc_id, a, b, docs_with, docs[owner][0], removed, text[a:b]))
             cut.update(range(k, k + span))
         if not cut:
             kept[doc_id] = text
             continue
         tail = us[-1][1] if us else 0
         new = "".join(text[u[0]:u[1]] for k, u in enumerate(us) if k not in cut) + text[tail:]
-        new = new.lstrip(ASCII_SPACE)
+        new = new.lstrip()
         if len(new.split()) < min_words:
             emptied.append(doc_id)
         else:

@@ -29,6 +29,7 @@ from gpupipe.stages.dedup.common import (
     is_old,
     old_part,
     open_indexes,
+    rank_order,
     read_index_part,
     split_codes,
 )
@@ -52,10 +53,10 @@ SPANS_SCHEMA = pa.schema([
 ])
 
 #: what the shuffle of span hashes moves: a row per (span, document)
-#: (``n``: documents the row stands for; an earlier run's index row stands for all of its
-#: partition's documents with the span)
+#: (``n``: documents the row stands for, an earlier run's index row for all of its partition's
+#: documents with the span; ``occ``: the span's occurrences in them)
 _KEYS = pa.schema([("h", pa.int64()), ("doc", pa.int64()), ("length", pa.int64()),
-                   ("id", pa.string()), ("n", pa.int64())])
+                   ("id", pa.string()), ("n", pa.int64()), ("occ", pa.int64())])
 
 
 class SpanKeys:
@@ -77,13 +78,16 @@ class SpanKeys:
         rel_ends = ends - host_off[:-1][unit_doc]   # from each document's start
         win_doc = np.repeat(np.arange(n), nwin)
         keys = pd.DataFrame({"h": wh.view(np.int64), "row": win_doc})
+        occ = keys.groupby(["h", "row"], sort=False).size()
         keys = keys.drop_duplicates(["h", "row"], keep="first")
+        occ = occ.reindex(pd.MultiIndex.from_frame(keys[["h", "row"]])).to_numpy()
         rows = keys["row"].to_numpy()
         length = np.diff(host_off)
         ids = text_array(dispatch.to_host(df[[ID]])[ID]).cast(pa.string())
         out = pa.table({"h": keys["h"].to_numpy(), "doc": doc_codes(i, n)[rows],
                         "length": length[rows], "id": ids.take(pa.array(rows)),
-                        "n": np.ones(len(rows), np.int64)}, schema=_KEYS)
+                        "n": np.ones(len(rows), np.int64), "occ": occ.astype(np.int64)},
+                       schema=_KEYS)
         return Output(out, files={"nunits": nunits, "ends": rel_ends, "nwin": nwin, "wh": wh},
                       counters={"documents": n, "units": int(nunits.sum()),
                                 "spans": int(nwin.sum())})
@@ -102,7 +106,7 @@ class EarlierSpans:
         doc = doc_codes(old_part(k, p), t.num_rows)
         return Output(pa.table({"h": t["h"], "doc": doc,
                                 "length": np.zeros(t.num_rows, np.int64),
-                                "id": t["id"].cast(pa.string()), "n": t["n"]},
+                                "id": t["id"].cast(pa.string()), "n": t["n"], "occ": t["n"]},
                                schema=_KEYS),
                       counters={"earlier_spans": t.num_rows})
 
@@ -110,27 +114,39 @@ class EarlierSpans:
 class SpanLosers:
     """Step ``count``: one bucket of span hashes -> the (document, span) pairs to cut: every
     document of a span found in more than ``max_occurrences`` documents, but the first in keep
-    order (earlier runs' documents first)."""
+    order (earlier runs' documents first). ``within_document`` counts occurrences instead, and
+    the first document loses its own repeats (a row with ``repeat``: all but the first)."""
 
-    def __init__(self, keep: str, max_occurrences: int):
+    def __init__(self, keep: str, max_occurrences: int, within_document: bool):
         self.keep, self.max_occurrences = keep, max_occurrences
+        self.within_document = within_document
 
     def __call__(self, ctx, table: pa.Table) -> Output:
         frame = table.to_pandas()
         old = is_old(frame["doc"].to_numpy())
-        by_hash = frame.assign(new=~old, old=old).groupby("h", sort=False)
+        work = frame.assign(new=~old, old=old, new_occ=np.where(old, 0, frame["occ"]))
+        by_hash = work.groupby("h", sort=False)
         count = by_hash["n"].transform("sum").to_numpy()
-        new_docs = by_hash["new"].transform("sum").to_numpy()
         seen_before = by_hash["old"].transform("any").to_numpy()
-        # a span an earlier run kept is cut everywhere here; others when in enough documents
-        hot = seen_before | (new_docs > self.max_occurrences)
+        found = by_hash["new_occ" if self.within_document else "new"].transform("sum")
+        # a span an earlier run kept is cut everywhere here; others when found often enough
+        hot = seen_before | (found.to_numpy() > self.max_occurrences)
         frequent = frame[hot].assign(count=count[hot])
-        lost = group_losers(frequent, ["h"], self.keep)
+        lost = group_losers(frequent, ["h"], self.keep).assign(repeat=False)
+        if self.within_document:   # the first document of a span keeps its first occurrence
+            ranked = frequent.iloc[rank_order(frequent, self.keep)]
+            ranked = ranked.sort_values("h", kind="stable")
+            first = ~ranked.duplicated("h").to_numpy()
+            mine = ranked[first & ~is_old(ranked["doc"].to_numpy())
+                          & (ranked["occ"].to_numpy() > 1)]
+            lost = pd.concat([lost, mine.assign(kept=mine["doc"], duplicate_of=mine["id"],
+                                                repeat=True)], ignore_index=True)
         part, row = split_codes(lost["doc"].to_numpy())
         out = pa.table({POS: part, ROW: row, "h": lost["h"].to_numpy(),
                         "count": lost["count"].to_numpy().astype(np.int64),
-                        "kept": lost["kept"].to_numpy(),
-                        "kept_by": lost["duplicate_of"].astype(str).tolist()})
+                        "kept": lost["kept"].to_numpy().astype(np.int64),
+                        "kept_by": lost["duplicate_of"].astype(str).tolist(),
+                        "repeat": lost["repeat"].to_numpy().astype(bool)})
         counters = {"distinct_spans": int(frame.loc[~old, "h"].nunique()),
                     "repeated_spans": int(frame.loc[hot & ~old, "h"].nunique())}
         return Output(out, counters=counters)
@@ -162,9 +178,13 @@ class SpanCut:
         windows = pd.DataFrame({"row": win_doc, "h": wh.view(np.int64),
                                 "w": np.arange(len(wh))})
         if lost is not None and lost.num_rows:
-            hits = windows.merge(lost.to_pandas()[[ROW, "h", "count", "kept", "kept_by"]]
+            hits = windows.merge(lost.to_pandas()[[ROW, "h", "count", "kept", "kept_by",
+                                                   "repeat"]]
                                  .rename(columns={ROW: "row"}), on=["row", "h"])
             hits = hits.sort_values("w", kind="stable").reset_index(drop=True)
+            # a document's own repeats: its first occurrence stays
+            own_first = hits["repeat"].to_numpy() & ~hits.duplicated(["row", "h"]).to_numpy()
+            hits = hits[~own_first].reset_index(drop=True)
         else:
             hits = windows.iloc[:0].assign(count=np.zeros(0, np.int64),
                                            kept=np.zeros(0, np.int64), kept_by="")
@@ -289,7 +309,9 @@ class SpanDedup(GlobalStage):
     separators) and hashed, and every window of ``span`` consecutive units is a span. A span
     found in more than ``max_occurrences`` documents (default 1: seen before) is cut from every
     document but the first in ``keep`` order (``first`` in input order, ``longest``,
-    ``shortest_id``); the first keeps all of its text. A document left with fewer than
+    ``shortest_id``); the first keeps all of its text. With ``within_document``, occurrences
+    are counted instead of documents and the first document also loses its own repeats of the
+    span, all but the first (datatrove's ``SentenceDedup`` does this). A document left with fewer than
     ``min_words`` whitespace words is dropped with reason ``span_dedup_emptied``.
 
     Counting is exact: span hashes (64-bit) are shuffled by hash through the step runner, so
@@ -310,6 +332,7 @@ class SpanDedup(GlobalStage):
     normalize: tuple[Norm, ...] = NORMS
     max_occurrences: Annotated[int, Field(ge=1)] = 1
     keep: Keep = "first"
+    within_document: bool = False
     min_words: Annotated[int, Field(ge=0)] = 50
     mode: Literal["remove", "annotate"] = "remove"
     against: tuple[str, ...] = ()
@@ -336,8 +359,8 @@ class SpanDedup(GlobalStage):
                 shuffle_on=("h",)),
             *([Map("earlier", EarlierSpans(indexes), items=len(index_parts(indexes)),
                    shuffle_on=("h",))] if indexes else []),
-            Reduce("count", SpanLosers(self.keep, self.max_occurrences), of=keyed,
-                   split_by=POS),
+            Reduce("count", SpanLosers(self.keep, self.max_occurrences, self.within_document),
+                   of=keyed, split_by=POS),
             Map("cut", SpanCut(self.span, self.min_words, self.mode == "annotate", ctx.label,
                                [ix["run"] for ix in indexes]), output=True),
         ]
