@@ -270,9 +270,12 @@ def _top_spans(run_dir: str) -> tuple[object, dict] | None:
     totals = frame.groupby("stage")["bytes"].sum().to_dict()
     per = (frame.groupby(["stage", "hash"], sort=False)
            .agg(count=("count", "max"), cut_from=("id", "nunique"), bytes=("bytes", "sum"))
-           .reset_index()
-           .sort_values(["stage", "count", "bytes", "hash"], ascending=[True, False, False, True],
-                        kind="stable"))
+           .reset_index())
+    # counting: bloom counts nothing (null counts): those rank by the documents cut from
+    per = (per.assign(_rank=per["count"].fillna(per["cut_from"]))
+           .sort_values(["stage", "_rank", "bytes", "hash"], ascending=[True, False, False, True],
+                        kind="stable")
+           .drop(columns="_rank"))
     top = per.groupby("stage", sort=True).head(TOP_SPANS)
     wanted = set(top["hash"].tolist())
     texts: dict = {}
@@ -284,6 +287,11 @@ def _top_spans(run_dir: str) -> tuple[object, dict] | None:
     return top.assign(text=[texts.get(h) for h in top["hash"].tolist()]), totals
 
 
+def _count(count) -> str:
+    """A span's document count, or "n/a" where the stage counted with a Bloom filter."""
+    return "n/a" if count != count else f"{int(count):,}"
+
+
 def _spans_section(run_dir: str, s: dict) -> list[str]:
     stages = [st for st in s.get("stages", []) if st["stage"] == "span_dedup"]
     if not stages:
@@ -293,8 +301,13 @@ def _spans_section(run_dir: str, s: dict) -> list[str]:
         c = st.get("counters", {})
         out.append(f"<p>{st['position']}: span_dedup: {c.get('spans_cut', 0):,} spans cut from "
                    f"{c.get('documents_cut', 0):,} of {c.get('documents', 0):,} documents, "
-                   f"{c.get('bytes_cut', 0) / 1e6:,.2f} MB; {c.get('repeated_spans', 0):,} of "
-                   f"{c.get('distinct_spans', 0):,} distinct spans repeated</p>")
+                   f"{c.get('bytes_cut', 0) / 1e6:,.2f} MB; " + (
+                       f"counted with a Bloom filter of {c['bloom_bytes'] / 2**20:,.1f} MiB over "
+                       f"{c.get('bloom_keys', 0):,} spans: a span seen nowhere else was cut with "
+                       f"probability at most {c.get('bloom_fp_rate_bound', 0):.1e}</p>"
+                       if "bloom_bytes" in c else
+                       f"{c.get('repeated_spans', 0):,} of {c.get('distinct_spans', 0):,} "
+                       f"distinct spans repeated</p>"))
     got = _top_spans(run_dir)
     if got is None:
         out.append('<p class="note">no span cut, or the audit (dedup/spans.parquet) is too '
@@ -306,7 +319,7 @@ def _spans_section(run_dir: str, s: dict) -> list[str]:
         out.append(f"<p>{_e(stage)}: the {len(rows)} most repeated spans (documents that have "
                    f"them; share of the bytes the stage cut):</p>")
         out.append(_table(["documents", "cut from", "bytes cut", "share", "text"],
-                          [[f"{r.count:,}", f"{r.cut_from:,}", f"{r.bytes:,}",
+                          [[_count(r.count), f"{r.cut_from:,}", f"{r.bytes:,}",
                             f"{r.bytes / total:.1%}", _snippet(r.text)]
                            for r in rows.itertuples()]))
     return out

@@ -147,6 +147,36 @@ def test_sigkill_of_the_process_group_then_rerun(corpus, reference, point):
         assert steps[k]["computed"] < steps[k]["tasks"] or steps[k]["tasks"] == 1
 
 
+def bloom_pipe(corpus: Path, out: Path) -> Path:
+    p = out.parent / f"{out.name}.yaml"
+    p.write_text(f"input: {{path: {corpus / 'in'}, id_column: id}}\n"
+                 f"stages: [{{stage: span_dedup, counting: bloom, min_words: 5}}]\n"
+                 f"output: {{path: {out}}}\n")
+    return p
+
+
+@pytest.fixture(scope="module")
+def bloom_reference(corpus):
+    run_to_end(bloom_pipe(corpus, corpus / "bloom-reference"))
+    return digests(corpus / "bloom-reference")
+
+
+@pytest.mark.parametrize("point", ["step/span_dedup/spans/30", "step/span_dedup/bloom/0",
+                                   "step/span_dedup/cut/12"])
+def test_sigkill_inside_span_dedup_counting_with_bloom(corpus, bloom_reference, point):
+    """span_dedup's Bloom-filter steps (spans, the one bloom task, cut) resume to the bytes of a
+    run never killed."""
+    out = corpus / ("bloom-kill-" + point.replace("/", "-"))
+    p = start(bloom_pipe(corpus, out), failpoints=point)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == -signal.SIGKILL, err[-2000:]
+    run_to_end(bloom_pipe(corpus, out))
+    assert digests(out) == bloom_reference
+    # data, the span audit's files, the span index and its manifest
+    assert sum("spans.parquet" in k for k in bloom_reference) == 37
+    assert len(bloom_reference) == 40 + 37 + 40 + 1
+
+
 def worker_pids(driver: int) -> list[int]:
     kids = subprocess.run(["pgrep", "-P", str(driver)], capture_output=True,
                           text=True).stdout.split()

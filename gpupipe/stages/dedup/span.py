@@ -4,15 +4,24 @@ footers), as datatrove's ``SentenceDedup`` and dolma's paragraph dedup."""
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gpupipe.backends import dispatch
 from gpupipe.frame import ID, TEXT, text_array
+from gpupipe.kernels.bloom import (
+    BLOCK_BITS,
+    bloom_insert,
+    bloom_scan,
+    bloom_size,
+    fill_fp_rate,
+    fp_rate,
+)
 from gpupipe.kernels.spans import norm_table
 from gpupipe.kernels.utf8 import utf8_buffers
 from gpupipe.stages.base import GlobalStage, stage
@@ -63,8 +72,8 @@ class SpanKeys:
     """Step ``spans``: partition ``i`` -> its documents' units and windows (side files, for the
     cut) and one row per distinct window hash per document (what the shuffle moves)."""
 
-    def __init__(self, unit: str, span: int, norms: tuple[str, ...]):
-        self.unit, self.span, self.norms = unit, span, norms
+    def __init__(self, unit: str, span: int, norms: tuple[str, ...], keyed: bool = True):
+        self.unit, self.span, self.norms, self.keyed = unit, span, norms, keyed
 
     def __call__(self, ctx, i: int) -> Output:
         df = ctx.read(i)
@@ -76,6 +85,10 @@ class SpanKeys:
         n = len(df)
         unit_doc = np.repeat(np.arange(n), nunits)
         rel_ends = ends - host_off[:-1][unit_doc]   # from each document's start
+        files = {"nunits": nunits, "ends": rel_ends, "nwin": nwin, "wh": wh}
+        counters = {"documents": n, "units": int(nunits.sum()), "spans": int(nwin.sum())}
+        if not self.keyed:   # counting: bloom reads the window hashes alone
+            return Output(None, files=files, counters=counters)
         win_doc = np.repeat(np.arange(n), nwin)
         keys = pd.DataFrame({"h": wh.view(np.int64), "row": win_doc})
         occ = keys.groupby(["h", "row"], sort=False).size()
@@ -88,9 +101,7 @@ class SpanKeys:
                         "length": length[rows], "id": ids.take(pa.array(rows)),
                         "n": np.ones(len(rows), np.int64), "occ": occ.astype(np.int64)},
                        schema=_KEYS)
-        return Output(out, files={"nunits": nunits, "ends": rel_ends, "nwin": nwin, "wh": wh},
-                      counters={"documents": n, "units": int(nunits.sum()),
-                                "spans": int(nwin.sum())})
+        return Output(out, files=files, counters=counters)
 
 
 class EarlierSpans:
@@ -152,14 +163,67 @@ class SpanLosers:
         return Output(out, counters=counters)
 
 
+class BloomSeen:
+    """Step ``bloom`` (``counting: bloom``), one task: every window of every partition, in
+    input order, tested against and inserted into one Bloom filter (`gpupipe.kernels.bloom`),
+    the earlier runs' spans inserted first. Writes a bit per window, set where the window was
+    (probably) seen before: the windows to cut. The filter is sized for the number of windows
+    (at least the distinct spans) so that no test is a false positive with more than
+    ``rate`` probability."""
+
+    def __init__(self, within_document: bool, rate: float, indexes: list[dict]):
+        self.within_document, self.rate, self.indexes = within_document, rate, indexes
+
+    def __call__(self, ctx, i: int) -> Output:
+        import pyarrow.parquet as pq
+
+        nparts = ctx.npartitions
+        nwin = [np.load(ctx.side("spans", "nwin", p, "npy")) for p in range(nparts)]
+        first = np.zeros(nparts + 1, np.int64)
+        np.cumsum([int(x.sum()) for x in nwin], out=first[1:])
+        earlier = [os.path.join(self.indexes[k]["dir"], f"part-{p:05d}.parquet")
+                   for k, p in index_parts(self.indexes)]
+        n_earlier = sum(pq.read_metadata(f).num_rows for f in earlier)
+        nblocks, k = bloom_size(int(first[-1]) + n_earlier, self.rate)
+        bits = np.zeros(nblocks * (BLOCK_BITS // 64), np.uint64)
+        for f in earlier:
+            bloom_insert(pq.read_table(f, columns=["h"])["h"].to_numpy().view(np.uint64),
+                         bits, nblocks, k)
+        seen = np.zeros(int(first[-1]), np.uint8)
+        for p in range(nparts):
+            wh = np.load(ctx.side("spans", "wh", p, "npy"), mmap_mode="r")
+            bloom_scan(np.ascontiguousarray(wh), nwin[p].astype(np.int64), bits, nblocks, k,
+                       self.within_document, seen[first[p]:first[p + 1]])
+        counters = {"bloom_bytes": int(bits.nbytes), "bloom_hashes": k,
+                    "bloom_keys": int(first[-1]) + n_earlier,
+                    "bloom_seen": int(seen.sum()),
+                    "bloom_fp_rate_bound": fp_rate(int(first[-1]) + n_earlier, nblocks, k),
+                    "bloom_fp_rate_end": fill_fp_rate(bits, k)}
+        return Output(None, files={"seen": np.packbits(seen), "first": first},
+                      counters=counters)
+
+
+def _bloom_hits(ctx, i: int, windows: pd.DataFrame) -> pd.DataFrame:
+    """The windows of partition ``i`` the ``bloom`` step saw before, as `SpanCut` takes the
+    count step's rows (no count, no keeping document: a Bloom filter knows neither)."""
+    first = np.load(ctx.side("bloom", "first", 0, "npy"))
+    packed = np.load(ctx.side("bloom", "seen", 0, "npy"), mmap_mode="r")
+    a, b = int(first[i]), int(first[i + 1])
+    bits = np.unpackbits(packed[a // 8:(b + 7) // 8])[a % 8:a % 8 + (b - a)].astype(bool)
+    hits = windows[bits].reset_index(drop=True)
+    return hits.assign(count=np.zeros(len(hits), np.int64), kept=np.zeros(len(hits), np.int64),
+                       kept_by="")
+
+
 class SpanCut:
     """The output step (``cut``): partition ``i`` without the units of its spans to cut, the
     documents left with fewer than ``min_words`` words dropped; ``annotate`` keeps the text and
     adds the share of characters that would go. Writes the span audit and this run's index."""
 
-    def __init__(self, span: int, min_words: int, annotate: bool, label: str, runs: list[str]):
+    def __init__(self, span: int, min_words: int, annotate: bool, label: str, runs: list[str],
+                 bloom: bool = False):
         self.span, self.min_words, self.annotate = span, min_words, annotate
-        self.label, self.runs = label, runs
+        self.label, self.runs, self.bloom = label, runs, bloom
 
     def __call__(self, ctx, i: int) -> Output:
         df = ctx.read(i)
@@ -174,10 +238,12 @@ class SpanCut:
         unit_first = np.zeros(n + 1, np.int64)
         np.cumsum(nunits, out=unit_first[1:])
 
-        lost = ctx.bucket("count", i)
         windows = pd.DataFrame({"row": win_doc, "h": wh.view(np.int64),
                                 "w": np.arange(len(wh))})
-        if lost is not None and lost.num_rows:
+        lost = None if self.bloom else ctx.bucket("count", i)
+        if self.bloom:
+            hits = _bloom_hits(ctx, i, windows)
+        elif lost is not None and lost.num_rows:
             hits = windows.merge(lost.to_pandas()[[ROW, "h", "count", "kept", "kept_by",
                                                    "repeat"]]
                                  .rename(columns={ROW: "row"}), on=["row", "h"])
@@ -263,12 +329,17 @@ class SpanCut:
         kept_part, _ = split_codes(hits["kept"].to_numpy())
         runs = [self.runs[(int(p) - OLD_BASE) >> OLD_RUN_SHIFT] if p >= OLD_BASE else None
                 for p in kept_part]
+        if self.bloom:   # a Bloom filter counts nothing and keeps no document
+            count, kept_by = pa.nulls(len(w), pa.int64()), pa.nulls(len(w), pa.string())
+        else:
+            count = pa.array(hits["count"].to_numpy().astype(np.int64))
+            kept_by = pa.array(hits["kept_by"].astype(str).tolist(), pa.string())
         ids = text_array(texts[ID]).cast(pa.string()).take(pa.array(rows))
         return pa.table({"id": ids, "start": chars_start.astype(np.int64),
                          "end": chars_end.astype(np.int64),
                          "hash": hits["h"].to_numpy().view(np.uint64),
-                         "count": hits["count"].to_numpy().astype(np.int64),
-                         "kept_by": pa.array(hits["kept_by"].astype(str).tolist(), pa.string()),
+                         "count": count,
+                         "kept_by": kept_by,
                          "kept_run": pa.array(runs, pa.string()),
                          "stage": pa.array([self.label] * len(w), pa.string()),
                          "bytes": removed.astype(np.int64),
@@ -314,8 +385,16 @@ class SpanDedup(GlobalStage):
     span, all but the first (datatrove's ``SentenceDedup`` does this). A document left with fewer than
     ``min_words`` whitespace words is dropped with reason ``span_dedup_emptied``.
 
-    Counting is exact: span hashes (64-bit) are shuffled by hash through the step runner, so
-    memory is bounded per bucket. ``mode: annotate`` cuts nothing and adds
+    ``counting: exact`` (the default): span hashes (64-bit) are shuffled by hash through the
+    step runner, so memory is bounded per bucket and no span is cut that was not seen.
+    ``counting: bloom`` is dolma's approximate mode, for corpora too large to shuffle: one task
+    reads every window hash in input order through one Bloom filter of a few bytes per window
+    (about 22 bits at the default ``false_positive_rate`` of 1e-4), and a window that tests
+    positive is cut. A span is never missed, but a span seen nowhere else is cut with
+    probability at most ``false_positive_rate`` (the filter is sized for every window of the
+    run; run.json has its size, the bound and the rate the filled filter has). It needs
+    ``max_occurrences: 1`` and ``keep: first``, and its audit rows have no count and no
+    keeping document. ``mode: annotate`` cuts nothing and adds
     ``span_dedup_fraction``, the share of each document's characters that would go. Every cut
     span is written to ``dedup/spans.parquet/`` (document, character range, hash, count, the
     document that kept it, its text). ``against``: earlier run directories whose spans count as
@@ -336,6 +415,16 @@ class SpanDedup(GlobalStage):
     min_words: Annotated[int, Field(ge=0)] = 50
     mode: Literal["remove", "annotate"] = "remove"
     against: tuple[str, ...] = ()
+    counting: Literal["exact", "bloom"] = "exact"
+    false_positive_rate: Annotated[float, Field(gt=0, le=0.1)] = 1e-4
+
+    @model_validator(mode="after")
+    def _bloom_counts_first_sightings(self):
+        if self.counting == "bloom" and (self.max_occurrences != 1 or self.keep != "first"):
+            raise ValueError("counting: bloom tells only whether a span was seen before, in "
+                             "input order: it needs max_occurrences: 1 and keep: first "
+                             f"(got max_occurrences: {self.max_occurrences}, keep: {self.keep})")
+        return self
 
     def identity(self) -> dict:
         return {"against": against_identity(self.against, self.stage_name)} if self.against else {}
@@ -353,6 +442,14 @@ class SpanDedup(GlobalStage):
     def steps(self, ctx):
         indexes = open_indexes(self.against, self.stage_name, self.index_params(),
                                ctx.output_dir)
+        cut = Map("cut", SpanCut(self.span, self.min_words, self.mode == "annotate", ctx.label,
+                                 [ix["run"] for ix in indexes], self.counting == "bloom"),
+                  output=True)
+        if self.counting == "bloom":
+            return [Map("spans", SpanKeys(self.unit, self.span, tuple(self.normalize), False)),
+                    Map("bloom", BloomSeen(self.within_document, self.false_positive_rate,
+                                           indexes), items=1),
+                    cut]
         keyed = ("spans", "earlier") if indexes else "spans"
         return [
             Map("spans", SpanKeys(self.unit, self.span, tuple(self.normalize)),
@@ -361,6 +458,5 @@ class SpanDedup(GlobalStage):
                    shuffle_on=("h",))] if indexes else []),
             Reduce("count", SpanLosers(self.keep, self.max_occurrences, self.within_document),
                    of=keyed, split_by=POS),
-            Map("cut", SpanCut(self.span, self.min_words, self.mode == "annotate", ctx.label,
-                               [ix["run"] for ix in indexes]), output=True),
+            cut,
         ]

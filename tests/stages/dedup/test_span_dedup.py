@@ -189,14 +189,15 @@ def test_corner_cases_equal_the_reference(client, corner_dir, tmp_path):
     assert [a[0] for a in audit] == ["b", "c", "d", "e", "e", "e", "i", "j"]
 
 
-def test_one_and_two_workers_give_the_same_bytes(client, sample_dir, tmp_path):
+@pytest.mark.parametrize("counting", ["exact", "bloom"])
+def test_one_and_two_workers_give_the_same_bytes(client, sample_dir, tmp_path, counting):
     from distributed import Client, LocalCluster
 
     two = tmp_path / "two"
-    run(client, sample_dir, two, unit="line", span=2)
+    run(client, sample_dir, two, unit="line", span=2, counting=counting)
     with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as c, \
             Client(c) as one_client:
-        run(one_client, sample_dir, tmp_path / "one", unit="line", span=2)
+        run(one_client, sample_dir, tmp_path / "one", unit="line", span=2, counting=counting)
 
     def digest(out):
         files = sorted(p for sub in ("data", "dedup") for p in (out / sub).rglob("*.parquet") if p.is_file())
@@ -277,3 +278,99 @@ def test_the_report_lists_the_most_repeated_spans(client, corner_dir, tmp_path):
                        f"{banner['bytes'].sum() / sp['bytes'].sum():.1%}",
                        "Cookie banner here. Accept all cookies now. Read our policy today."]
     assert len(rows) == sp["hash"].nunique() == 4
+
+
+# --- counting: bloom ----------------------------------------------------------------------------
+
+def without_counts(audit):
+    """Audit rows as counting: bloom writes them: no count, no keeping document."""
+    return [(a[0], a[1], a[2], None, None, *a[5:]) for a in audit]
+
+
+def bloom_audit_rows(out) -> list[tuple]:
+    sp = pd.read_parquet(out / "dedup" / "spans.parquet")
+    assert sp["count"].isna().all() and sp["kept_by"].isna().all()
+    return [(i, s, e, None, None, b, t) for i, s, e, b, t in
+            zip(sp["id"], sp["start"], sp["end"], sp["bytes"], sp["text"])]
+
+
+@pytest.mark.parametrize("kw", [{}, {"within_document": True, "min_words": 0}],
+                         ids=["sentence3", "within"])
+def test_bloom_with_a_tiny_rate_equals_exact_counting(client, sample_dir, sample_records,
+                                                       tmp_path, kw):
+    """At a false-positive rate of 1e-9 no unique span of the sample tests positive: the text,
+    drops and cut ranges are the reference's."""
+    out = tmp_path / "o"
+    res = run(client, sample_dir, out, counting="bloom", false_positive_rate=1e-9, **kw)
+    kept, audit, emptied = ref.span_dedup(in_order(sample_records), **kw)
+    got = res.to_pandas()
+    assert dict(zip(got["id"], got["text"])) == kept
+    assert bloom_audit_rows(out) == without_counts(audit)
+    c = res.stage("span_dedup")["counters"]
+    assert [s["step"] for s in res.stage("span_dedup")["steps"]] == ["spans", "bloom", "cut"]
+    assert (c["bloom_keys"], c["bloom_seen"], c["bloom_hashes"]) == (23774, len(audit), 27)
+    assert c["bloom_fp_rate_bound"] <= 1e-9 and c["bloom_fp_rate_end"] <= 1e-9
+
+
+def test_bloom_false_positives_only_add_cuts_within_the_bound(client, sample_dir,
+                                                              sample_records, tmp_path):
+    """At the largest rate allowed (0.1), every span exact counting cuts is cut, and the unique
+    windows cut besides are fewer than the bound says (they are tested while the filter
+    fills)."""
+    out = tmp_path / "o"
+    res = run(client, sample_dir, out, unit="line", span=1, min_words=0, counting="bloom",
+              false_positive_rate=0.1)
+    _, audit, _ = ref.span_dedup(in_order(sample_records), unit="line", span=1, min_words=0)
+    sp = pd.read_parquet(out / "dedup" / "spans.parquet")
+    exact = {(a[0], a[1], a[2]) for a in audit}
+    got = set(zip(sp["id"], sp["start"], sp["end"]))
+    c = res.stage("span_dedup")["counters"]
+    extra = len(got - exact)
+    assert exact < got and extra == 1119
+    unique_windows = c["spans"] - len(exact)
+    assert extra / unique_windows < c["bloom_fp_rate_bound"] <= 0.1
+
+
+def test_bloom_against_an_earlier_run(client, sample_records, tmp_path):
+    """An earlier run's span index (written by exact counting) goes into the filter first."""
+    first, second = sample_records[:900], sample_records[900:]
+    write_jsonl(tmp_path / "a" / "a.jsonl", [{"id": r["id"], "text": r["text"]} for r in first])
+    write_jsonl(tmp_path / "b" / "b.jsonl", [{"id": r["id"], "text": r["text"]} for r in second])
+    run(client, tmp_path / "a", tmp_path / "ra", unit="line", span=2, min_words=5)
+    res = run(client, tmp_path / "b", tmp_path / "rb", unit="line", span=2, min_words=5,
+              against=[str(tmp_path / "ra")], counting="bloom", false_positive_rate=1e-9)
+    docs = [(r["id"], r["text"]) for r in sample_records]
+    kept, audit, _ = ref.span_dedup(docs, unit="line", span=2, min_words=5)
+    ids = {r["id"] for r in second}
+    got = res.to_pandas()
+    assert dict(zip(got["id"], got["text"])) == {i: t for i, t in kept.items() if i in ids}
+    assert bloom_audit_rows(tmp_path / "rb") == without_counts([a for a in audit
+                                                                if a[0] in ids])
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"counting": "bloom", "max_occurrences": 2}, "counting: bloom .* max_occurrences: 2"),
+    ({"counting": "bloom", "keep": "longest"}, "counting: bloom .* keep: longest"),
+    ({"counting": "bloom", "false_positive_rate": 0}, "false_positive_rate"),
+    ({"counting": "bloom", "false_positive_rate": 0.5}, "false_positive_rate"),
+    ({"counting": "approximate"}, "counting"),
+])
+def test_bad_bloom_specs_are_refused(bad, message):
+    spec = {"version": 1, "input": {"path": "x.jsonl"},
+            "stages": [{"stage": "span_dedup", **bad}], "output": {"path": "o"}}
+    with pytest.raises(SpecError, match=message):
+        gp.Pipeline.from_dict(spec)
+
+
+def test_the_report_of_a_bloom_run(client, corner_dir, tmp_path):
+    import html
+
+    res = run(client, corner_dir, tmp_path / "o", min_words=1, counting="bloom")
+    page = html.unescape(open(res.report_path, encoding="utf-8").read())
+    section = page[page.index("<h2>Repeated spans</h2>"):]
+    assert "8 spans cut from 6 of 11 documents" in section
+    # 24 windows in one block of 512 bits: far below the default 1e-4
+    assert ("counted with a Bloom filter of 0.0 MiB over 24 spans: a span seen nowhere else was "
+            "cut with probability at most 7.7e-08") in section
+    cells = re.findall(r"<td>([^<]*)</td>", section.split("</table>")[0])
+    assert cells[:2] == ["n/a", "5"] and cells[4].startswith("Cookie banner here.")
