@@ -37,6 +37,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+import bench_common  # noqa: E402  (next to this script)
+from bench_common import write_files  # noqa: E402
 
 
 def corpus(n_near: int, seed: int = 0):
@@ -68,14 +70,6 @@ def scaled(rows, k: int):
             rng.shuffle(w)
             out.append({"id": f"{r['id']}~x{c}", "text": " ".join(w)})
     return out
-
-
-def write_files(rows, d: Path, n_files: int = 4):
-    d.mkdir(parents=True, exist_ok=True)
-    for k in range(n_files):
-        with open(d / f"part-{k}.jsonl", "w", encoding="utf-8") as f:
-            for r in rows[k::n_files]:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
 def word_jaccard(x: str, y: str, n: int = 5) -> float:
@@ -180,33 +174,13 @@ def run_datatrove(inp: Path, work: Path, workers: int):
 
 
 def peak_worker_rss(inp: Path, out: Path, workers: int) -> dict:
-    from distributed import Client, LocalCluster
-
     import gpupipe as gp
     from gpupipe.stages import FuzzyDedup
 
-    def peak():
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB on Linux
-
-    def warm():  # what every worker holds before any data: the imported libraries
-        import psutil
-
-        import gpupipe.stages  # noqa: F401
-
-        return psutil.Process().memory_info().rss / 2**20
-
-    pipe = gp.Pipeline(input={"path": str(inp), "id_column": "id"},
-                       output={"path": str(out), "overwrite": True},
-                       stages=[FuzzyDedup(preset="datatrove")])
-    with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0",
-                      silence_logs=50) as cluster, Client(cluster) as client:
-        base = max(client.run(warm).values())
-        pipe.run(client=client, progress=False)
-        top = max(client.run(peak).values())
-        return {"baseline_MiB": round(base, 1), "peak_MiB": round(top, 1),
-                "peak_above_baseline_MiB": round(top - base, 1)}
+    return bench_common.peak_worker_rss(
+        gp.Pipeline(input={"path": str(inp), "id_column": "id"},
+                    output={"path": str(out), "overwrite": True},
+                    stages=[FuzzyDedup(preset="datatrove")]), workers)
 
 
 def main() -> int:

@@ -20,6 +20,8 @@ words shuffled (new text, so the spans of the original stay the only repeats).
   gpupipe's is counted here); a document agrees when both leave the same text. datatrove runs
   with one task there, so that its "first" document is the first in input order, as gpupipe's
   (with several tasks it keeps the one with the smallest index within its task's file);
+* ``counting: bloom`` (at the default false-positive rate) beside exact counting: end to end
+  with ``--workers`` workers, and its memory;
 * memory: RSS per Dask worker before the run (libraries) and at its peak, for each
   ``--memory-scales`` factor.
 
@@ -43,6 +45,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+import bench_common  # noqa: E402  (next to this script)
 
 
 def corpus() -> list[dict]:
@@ -60,15 +64,6 @@ def scaled(rows, k: int):
             rng.shuffle(w)
             out.append({"id": f"{r['id']}~x{c}", "text": " ".join(w)})
     return out
-
-
-def write_files(rows, d: Path, n_files: int):
-    d.mkdir(parents=True, exist_ok=True)
-    per = -(-len(rows) // n_files)
-    for k in range(n_files):   # contiguous slices: file order is input order
-        with open(d / f"part-{k:03d}.jsonl", "w", encoding="utf-8") as f:
-            for r in rows[k * per:(k + 1) * per]:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
 # --- datatrove (run in its own interpreter: imports only datatrove and the standard library) ---
@@ -126,14 +121,18 @@ def datatrove(python: str, inp: Path, work: Path, workers: int, tasks: int,
 
 
 def has_datatrove(python: str) -> bool:
-    return subprocess.run([python, "-c", "import datatrove.pipeline.dedup.sentence_dedup, spacy"],
-                          capture_output=True).returncode == 0
+    try:
+        return subprocess.run([python, "-c",
+                               "import datatrove.pipeline.dedup.sentence_dedup, spacy"],
+                              capture_output=True).returncode == 0
+    except OSError:   # no such interpreter
+        return False
 
 
 # --- gpupipe --------------------------------------------------------------------------------
 
 def gpupipe_run(inp: Path, out: Path, workers: int, min_words: int = 50,
-                within_document: bool = True) -> dict:
+                within_document: bool = True, counting: str = "exact") -> dict:
     from distributed import Client, LocalCluster
 
     import gpupipe as gp
@@ -143,7 +142,8 @@ def gpupipe_run(inp: Path, out: Path, workers: int, min_words: int = 50,
     pipe = gp.Pipeline(input={"path": str(inp), "id_column": "id"},
                        output={"path": str(out), "overwrite": True},
                        stages=[SpanDedup(unit="sentence", span=3, min_words=min_words,
-                                         within_document=within_document)])
+                                         within_document=within_document,
+                                         counting=counting)])
     with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0",
                       silence_logs=50, env=worker_env(1)) as cluster, Client(cluster) as client:
         pipe.run(client=client, progress=False)   # warm-up: compiled kernels load per worker
@@ -182,33 +182,14 @@ def kernels_one_thread(rows) -> dict:
             "docs_per_s": round(len(rows) / (t_split + t_cut))}
 
 
-def peak_worker_rss(inp: Path, out: Path, workers: int) -> dict:
-    from distributed import Client, LocalCluster
-
+def peak_worker_rss(inp: Path, out: Path, workers: int, counting: str = "exact") -> dict:
     import gpupipe as gp
     from gpupipe.stages import SpanDedup
 
-    def peak():
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # MiB on Linux
-
-    def warm():
-        import psutil
-
-        import gpupipe.stages  # noqa: F401
-
-        return psutil.Process().memory_info().rss / 2**20
-
-    pipe = gp.Pipeline(input={"path": str(inp), "id_column": "id"},
-                       output={"path": str(out), "overwrite": True}, stages=[SpanDedup()])
-    with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0",
-                      silence_logs=50) as cluster, Client(cluster) as client:
-        base = max(client.run(warm).values())
-        pipe.run(client=client, progress=False)
-        top = max(client.run(peak).values())
-    return {"baseline_MiB": round(base, 1), "peak_MiB": round(top, 1),
-            "peak_above_baseline_MiB": round(top - base, 1)}
+    return bench_common.peak_worker_rss(
+        gp.Pipeline(input={"path": str(inp), "id_column": "id"},
+                    output={"path": str(out), "overwrite": True},
+                    stages=[SpanDedup(counting=counting)]), workers)
 
 
 def agreement(rows, gp_kept: dict, dt_kept: dict) -> dict:
@@ -249,7 +230,7 @@ def main() -> int:
         tmp = Path(tmp)
         if dt:
             d = tmp / "agree"
-            write_files(rows, d / "in", 4)
+            bench_common.write_files(rows, d / "in", 4, contiguous=True)
             t = datatrove(args.datatrove_python, d / "in", d / "dt", 1, 1, min_words=0)
             g = gpupipe_run(d / "in", d / "gp", args.workers, min_words=0)
             report["agreement_1x"] = agreement(rows, g["kept"], t["kept"])
@@ -261,7 +242,7 @@ def main() -> int:
             rows_k = scaled(rows, k)
             mb_k = sum(len(r["text"].encode()) for r in rows_k) / 1e6
             d = tmp / f"x{k}"
-            write_files(rows_k, d / "in", 4 * k)
+            bench_common.write_files(rows_k, d / "in", 4 * k, contiguous=True)
             entry: dict = {"docs": len(rows_k), "text_MB": round(mb_k, 2)}
             for w in sorted({1, args.workers}):
                 g = gpupipe_run(d / "in", d / f"gp{w}", w)
@@ -276,15 +257,22 @@ def main() -> int:
                                       "docs_out": len(t["kept"])}
                     e["speedup_vs_datatrove"] = round(t["seconds"] / g["seconds"], 1)
                 entry[f"workers_{w}"] = e
+            g = gpupipe_run(d / "in", d / "gpb", args.workers, counting="bloom")
+            entry[f"bloom_workers_{args.workers}"] = {
+                "seconds": round(g["seconds"], 3), "MB_per_s": round(mb_k / g["seconds"], 2),
+                "docs_out": len(g["kept"]), "step_seconds": g["steps"],
+                "spans_cut": g["counters"]["spans_cut"],
+                "bloom_bytes": g["counters"]["bloom_bytes"]}
             report[f"end_to_end_{k}x"] = entry
         mem = {}
         for k in args.memory_scales:
             rows_k = scaled(rows, k)
             d = tmp / f"mem{k}"
-            write_files(rows_k, d / "in", 4 * k)
+            bench_common.write_files(rows_k, d / "in", 4 * k, contiguous=True)
             mem[f"{k}x"] = {"docs": len(rows_k), "text_MB": round(
                 sum(len(r["text"].encode()) for r in rows_k) / 1e6, 1),
-                **peak_worker_rss(d / "in", d / "out", args.workers)}
+                **peak_worker_rss(d / "in", d / "out", args.workers),
+                "bloom": peak_worker_rss(d / "in", d / "outb", args.workers, "bloom")}
         report["memory"] = mem
     print(json.dumps(report, indent=2))
     return 0

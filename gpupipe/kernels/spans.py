@@ -166,6 +166,15 @@ def window_hash(uh, k, span):
     return g
 
 
+@device(inline=True)
+def _close_unit(ends, uh, n, at, h):
+    """Unit ``n`` ends at byte ``at`` with running hash ``h``: the next unit's fresh state
+    (n, h, content, pending, in_digits)."""
+    ends[n] = at
+    uh[n] = fmix64(h)
+    return n + 1, _FNV_OFFSET, False, False, False
+
+
 @device
 def split_doc(data, start, end, unit, table, classes, T, cp, ts, te, ss, se, ends, uh):
     """Cut ``data[start:end]`` into units: writes each unit's end (absolute byte offset) into
@@ -199,13 +208,7 @@ def split_doc(data, start, end, unit, table, classes, T, cp, ts, te, ss, se, end
             if k == 3:
                 cjk = True
         if at >= 0 and content:
-            ends[n] = at
-            uh[n] = fmix64(h)
-            n += 1
-            h = _FNV_OFFSET
-            content = False
-            pending = False
-            in_digits = False
+            n, h, content, pending, in_digits = _close_unit(ends, uh, n, at, h)
         v = table[ch] if ch < table.shape[0] else -1
         h, content, pending, in_digits = _hash_char(v, h, content, pending, in_digits)
         i += step
@@ -230,17 +233,9 @@ def split_doc(data, start, end, unit, table, classes, T, cp, ts, te, ss, se, end
                                                                 pending, in_digits)
                     i += 1
             if content:
-                ends[n] = at
-                uh[n] = fmix64(h)
-                n += 1
-                h = _FNV_OFFSET
-                content = False
-                pending = False
-                in_digits = False
+                n, h, content, pending, in_digits = _close_unit(ends, uh, n, at, h)
     if content:
-        ends[n] = end
-        uh[n] = fmix64(h)
-        n += 1
+        n = _close_unit(ends, uh, n, end, h)[0]
     return n
 
 

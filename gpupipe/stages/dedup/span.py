@@ -303,9 +303,13 @@ class SpanCut:
         kept it and the bytes it removed first."""
         if hits.empty:
             return SPANS_SCHEMA.empty_table()
-        texts = dispatch.to_host(df[[TEXT, ID]])
         w = hits["w"].to_numpy()
         rows = hits["row"].to_numpy()
+        # the text and id of the documents that lost a span, on the host; ``local``: their rows
+        lost_rows = np.zeros(len(df), bool)
+        lost_rows[rows] = True
+        texts = dispatch.to_host(dispatch.filter_rows(df[[TEXT, ID]], lost_rows))
+        local = np.searchsorted(np.flatnonzero(lost_rows), rows)
         u0 = first_unit[w]
         u1 = u0 + self.span - 1
         start = np.where(u0 > unit_first[rows], ends[np.maximum(u0 - 1, 0)], host_off[rows])
@@ -319,7 +323,7 @@ class SpanCut:
         removed = np.maximum(end - reach, 0)
         # byte positions in the host copy of the text, then characters from the document start
         hoff, data = utf8_buffers(text_array(texts[TEXT]))
-        doc0 = hoff[rows]
+        doc0 = hoff[local]
         a, b = doc0 + (start - host_off[rows]), doc0 + (end - host_off[rows])
         lead = np.zeros(len(data) + 1, np.int64)
         np.cumsum((data & 0xC0) != 0x80, out=lead[1:])
@@ -334,7 +338,7 @@ class SpanCut:
         else:
             count = pa.array(hits["count"].to_numpy().astype(np.int64))
             kept_by = pa.array(hits["kept_by"].astype(str).tolist(), pa.string())
-        ids = text_array(texts[ID]).cast(pa.string()).take(pa.array(rows))
+        ids = text_array(texts[ID]).cast(pa.string()).take(pa.array(local))
         return pa.table({"id": ids, "start": chars_start.astype(np.int64),
                          "end": chars_end.astype(np.int64),
                          "hash": hits["h"].to_numpy().view(np.uint64),
