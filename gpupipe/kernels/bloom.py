@@ -77,8 +77,11 @@ def fill_fp_rate(bits: np.ndarray, k: int) -> float:
     its bits set, to the power ``k`` (a fresh key's ``k`` bits all set)."""
     if not len(bits):
         return 0.0
-    ones = np.unpackbits(bits.view(np.uint8)).reshape(-1, BLOCK_BITS).sum(axis=1)
-    return float(np.mean((ones / BLOCK_BITS) ** k))
+    total, words = 0.0, bits.reshape(-1, _WORDS)
+    for a in range(0, len(words), 1 << 20):   # a million blocks (64 MiB of filter) at a time
+        ones = np.bitwise_count(words[a:a + (1 << 20)]).sum(axis=1, dtype=np.int64)
+        total += float(np.sum((ones / BLOCK_BITS) ** k))
+    return total / len(words)
 
 
 @numba.njit(inline="always")

@@ -189,17 +189,22 @@ class BloomSeen:
         for f in earlier:
             bloom_insert(pq.read_table(f, columns=["h"])["h"].to_numpy().view(np.uint64),
                          bits, nblocks, k)
-        seen = np.zeros(int(first[-1]), np.uint8)
+        # a bit per window, each partition's from a byte boundary: byte_first[p]
+        packed, byte_first, nseen = [], np.zeros(nparts + 1, np.int64), 0
         for p in range(nparts):
-            wh = np.load(ctx.side("spans", "wh", p, "npy"), mmap_mode="r")
-            bloom_scan(np.ascontiguousarray(wh), nwin[p].astype(np.int64), bits, nblocks, k,
-                       self.within_document, seen[first[p]:first[p + 1]])
+            wh = np.ascontiguousarray(np.load(ctx.side("spans", "wh", p, "npy"), mmap_mode="r"))
+            seen = np.zeros(len(wh), np.uint8)
+            bloom_scan(wh, nwin[p].astype(np.int64), bits, nblocks, k, self.within_document,
+                       seen)
+            nseen += int(seen.sum())
+            packed.append(np.packbits(seen))
+            byte_first[p + 1] = byte_first[p] + len(packed[-1])
         counters = {"bloom_bytes": int(bits.nbytes), "bloom_hashes": k,
-                    "bloom_keys": int(first[-1]) + n_earlier,
-                    "bloom_seen": int(seen.sum()),
+                    "bloom_keys": int(first[-1]) + n_earlier, "bloom_seen": nseen,
                     "bloom_fp_rate_bound": fp_rate(int(first[-1]) + n_earlier, nblocks, k),
                     "bloom_fp_rate_end": fill_fp_rate(bits, k)}
-        return Output(None, files={"seen": np.packbits(seen), "first": first},
+        return Output(None, files={"seen": np.concatenate(packed) if packed
+                                   else np.zeros(0, np.uint8), "first": byte_first},
                       counters=counters)
 
 
@@ -208,8 +213,7 @@ def _bloom_hits(ctx, i: int, windows: pd.DataFrame) -> pd.DataFrame:
     count step's rows (no count, no keeping document: a Bloom filter knows neither)."""
     first = np.load(ctx.side("bloom", "first", 0, "npy"))
     packed = np.load(ctx.side("bloom", "seen", 0, "npy"), mmap_mode="r")
-    a, b = int(first[i]), int(first[i + 1])
-    bits = np.unpackbits(packed[a // 8:(b + 7) // 8])[a % 8:a % 8 + (b - a)].astype(bool)
+    bits = np.unpackbits(packed[first[i]:first[i + 1]])[:len(windows)].astype(bool)
     hits = windows[bits].reset_index(drop=True)
     return hits.assign(count=np.zeros(len(hits), np.int64), kept=np.zeros(len(hits), np.int64),
                        kept_by="")
