@@ -25,9 +25,14 @@ USER rapids
 WORKDIR /opt/gpupipe
 # not the [gpu] extra: the image's conda environment already has RAPIDS, and pip wheels of the
 # same libraries would shadow it
+# the CPU kernels compiled at build time into a cache any user of the image can read (numba
+# needs to be able to write beside it: a user other than `rapids` adds what the image lacks)
+ENV NUMBA_CACHE_DIR=/opt/gpupipe/numba-cache
 RUN pip install --no-cache-dir . \
  && gpupipe --version \
- && python -c "import cudf, dask_cuda, kvikio; print('RAPIDS', cudf.__version__)"
+ && python -c "import cudf, dask_cuda, kvikio; print('RAPIDS', cudf.__version__)" \
+ && gpupipe warmup \
+ && chmod -R a+rwX /opt/gpupipe/numba-cache
 
 # UCX over InfiniBand needs locked memory: run with --ulimit memlock=-1 (and --device
 # /dev/infiniband --cap-add IPC_LOCK --network host on multi-node jobs)

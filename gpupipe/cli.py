@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import time
 
 from gpupipe._version import __version__
 from gpupipe.errors import BackendUnavailableError, GpupipeError, SpecError
@@ -271,6 +272,45 @@ KERNELS_INSTALL = ("pip install 'gpupipe[kernels-cu12]' (numba-cuda and CuPy for
                    "drivers; kernels-cu13 for CUDA 13), or 'gpupipe[gpu]' for cuDF as well")
 
 
+def cmd_warmup(args) -> int:
+    """Compile the CPU kernels into numba's cache, so that no run on this machine (or image)
+    compiles: for container builds and new nodes."""
+    import numba
+
+    from gpupipe.kernels.warm import all_kernels, kernels_for, warm
+
+    stages = [s.strip() for s in (args.stages or "").split(",") if s.strip()]
+    if stages:
+        from gpupipe.stages.registry import all_stages
+
+        unknown = [s for s in stages if s not in all_stages()]
+        if unknown:
+            raise SpecError(f"--stages: unknown stage(s) {', '.join(unknown)} "
+                            f"(`gpupipe stages` lists them)")
+    names = kernels_for(stages) if stages else all_kernels()
+    if not names:
+        raise SpecError(f"--stages {args.stages!r}: none of these stages has CPU kernels; "
+                        f"stages with kernels: {', '.join(sorted(_stage_kernels()))}")
+    where = numba.config.CACHE_DIR or "the package's __pycache__ directories (numba's per-user "\
+        "cache directory where those cannot be written; NUMBA_CACHE_DIR sets another)"
+    print(f"compiling {len(names)} CPU kernels into {where}", flush=True)
+    t0 = time.perf_counter()
+    total = 0.0
+    for name in names:
+        s = warm([name])[name]
+        total += s
+        print(f"  {name:<24} {s:7.2f} s", flush=True)
+    print(f"ok: {len(names)} kernels in {time.perf_counter() - t0:.1f} s "
+          f"(a second warmup loads them from the cache)")
+    return 0
+
+
+def _stage_kernels() -> dict:
+    from gpupipe.kernels.warm import STAGE_KERNELS
+
+    return STAGE_KERNELS
+
+
 def cmd_check_gpu(args) -> int:
     import importlib.util
     import os
@@ -435,6 +475,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--compile-only: architectures (default sm_80,sm_90)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check_gpu)
+
+    p = sub.add_parser("warmup", help="compile every CPU kernel into numba's cache (image "
+                       "builds, new nodes): no run on this machine compiles afterwards")
+    p.add_argument("--stages", help="only the kernels of these stages (comma-separated)")
+    p.set_defaults(func=cmd_warmup)
 
     p = sub.add_parser("report", help="(re)build <run>/report.html from a run directory")
     p.add_argument("run_dir", help="the run directory (holding run.json)")

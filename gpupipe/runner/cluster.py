@@ -10,6 +10,7 @@ import functools
 import importlib.util
 import logging
 import os
+import time
 from collections.abc import Iterator
 
 from gpupipe.errors import BackendUnavailableError, ClusterError, GpupipeError, StageError
@@ -305,3 +306,43 @@ def gather(futures, bar, label: str) -> list[dict]:
             f.cancel()
         raise
     return results
+
+
+def prewarm(client, stage_names, backend: str) -> dict:
+    """Compile the CPU kernels the stages use before any data task (`gpupipe.kernels.warm`): on
+    each host every kernel once, spread over its workers. What it cost goes into run.json
+    (``compile``): on a warm machine the kernels load from numba's cache in milliseconds."""
+    from gpupipe.kernels.warm import kernels_for, plan, warm
+
+    names = kernels_for(stage_names) if backend == "pandas" else []
+    if not names:
+        return {}
+    try:
+        info = client.scheduler_info(n_workers=-1)["workers"]
+    except TypeError:   # distributed before n_workers
+        info = client.scheduler_info()["workers"]
+    import uuid
+
+    todo = plan(names, {a: w.get("host", a) for a, w in info.items()})
+    t0 = time.perf_counter()
+    run = uuid.uuid4().hex[:12]
+    futures = [client.submit(warm, ks, workers=[a], allow_other_workers=False, pure=False,
+                             key=f"gpupipe-warm-{run}-{k}")
+               for k, (a, ks) in enumerate(todo.items())]
+    try:
+        done = client.gather(futures)
+    except Exception as e:   # a lost worker: the data tasks compile what they need, as before
+        log.warning("compiling the kernels ahead failed (%s: %s); the tasks compile them",
+                    type(e).__name__, e)
+        return {"error": f"{type(e).__name__}: {e}"}
+    wall = time.perf_counter() - t0
+    kernels: dict[str, float] = {}
+    for got in done:
+        for name, s in got.items():
+            kernels[name] = max(kernels.get(name, 0.0), s)
+    cpu = sum(sum(got.values()) for got in done)
+    if cpu > 2:
+        log.info("compiled %d kernels in %.1f s on %d worker(s) (%.1f CPU-s); later runs on this "
+                 "machine load them from numba's cache", len(names), wall, len(todo), cpu)
+    return {"wall_seconds": round(wall, 3), "cpu_seconds": round(cpu, 3), "workers": len(todo),
+            "kernels": dict(sorted(kernels.items()))}

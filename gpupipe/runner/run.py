@@ -144,11 +144,16 @@ def execute(pipeline, *, client=None, workers: int | None = None,
     bar = make_progress(progress)
     try:
         def run_all(c):
+            from gpupipe.runner.cluster import prewarm
+
+            compiled = prewarm(c, [s.stage_name for s in pipeline.all_stages()], backend.name)
             result = run_segments(pipeline, c, count_block_lines(c, source, bar), segments, fps,
                                    out, bar, backend.name)
             if pipeline.sink_stage() is not None:
                 result["shards"] = run_shards(c, pipeline, out, fps[-1],
                                                result["output"]["partitions"], bar, vers)
+            if compiled:
+                result["compile"] = compiled
             return result, describe(c)
 
         env = pipeline.io.kvikio.env()
