@@ -199,7 +199,7 @@ def cmd_train_tokenizer(args) -> int:
     logging.getLogger("gpupipe").info("training byte-level BPE (vocab %d) on %d file(s)",
                                       args.vocab_size, len(files))
     tok = train_bpe(stream, vocab_size=args.vocab_size, min_frequency=args.min_frequency,
-                    special_tokens=specials)
+                    special_tokens=specials, style=args.style)
     import os
 
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
@@ -417,6 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text-column", default="text")
     p.add_argument("--max-documents", type=int, help="train on the first N documents only")
     p.add_argument("--special-token", action="append", help="extra special token (repeatable)")
+    p.add_argument("--style", choices=["gpt2", "llama3", "qwen2"], default="gpt2",
+                   help="pre-tokenizer and options as GPT-2's, Llama 3's or Qwen 2.5's "
+                        "tokenizer.json (default gpt2)")
     p.set_defaults(func=cmd_train_tokenizer)
 
     p = sub.add_parser("inspect", help="verify shards against their manifest, decode documents")
