@@ -93,7 +93,7 @@ def describe_tokenizer(path: str, *, eod_token: str | None = None, eod_id: int |
 
 #: the pre-tokenizer layouts `train_bpe` writes, as the models' own tokenizer.json files have
 #: them: GPT-2 (ByteLevel with its regex), Llama 3 (digits in threes, ``ignore_merges``) and
-#: Qwen 2.5 (single digits, NFC); the regexes are `gpupipe.io.bpe.PATTERNS`
+#: Qwen 2.5 (single digits, NFC); the regexes are `gpupipe.kernels.bpe.PATTERNS`
 STYLES = ("gpt2", "llama3", "qwen2")
 
 

@@ -8,7 +8,7 @@ is the end of the text for the regex).
 
 **Pre-tokenisation** is the tokenizer's regex, written out as a scanner over code points (the
 character classes come from the regex engine of the installed ``tokenizers``:
-`gpupipe.io.bpe.class_table`, bits `LETTER`, `NUMBER`, `SPACE` and `NEWLINE` for ``\\r\\n``).
+`gpupipe.kernels.bpe_tables.class_table`, bits `LETTER`, `NUMBER`, `SPACE` and `NEWLINE` for ``\\r\\n``).
 Each alternative is tried in the regex's order at the start of a piece, as a backtracking
 engine would; `pretoken_end` documents the three patterns:
 
@@ -23,7 +23,7 @@ rank merges first, the leftmost of equal ranks, until no pair has a merge (``tok
 spaces) keep a heap, so a 50 kB piece costs ``n log n``, not ``n²``. With ``ignore_merges``
 (Llama 3) a piece that is itself in the vocabulary is that token.
 
-Tables (`gpupipe.io.bpe.BpeTables`): merges in an open-addressing table keyed by the pair
+Tables (`gpupipe.kernels.bpe_tables.BpeTables`): merges in an open-addressing table keyed by the pair
 ``(left << 32) | right`` holding ``(rank << 32) | merged id``; the vocabulary (for
 ``ignore_merges``) keyed by `hash_bytes` of the token's bytes.
 
@@ -492,7 +492,7 @@ def scratch_len(offsets) -> int:
 def encode(offsets, data, tables, bos: int = -1, eod: int = -1) -> tuple[np.ndarray, np.ndarray]:
     """Token ids of every string of ``(offsets, data)``: (int32 ids flat in document order,
     int64 count per document), with ``bos`` / ``eod`` (>= 0) around each document.
-    ``tables`` is a `gpupipe.io.bpe.BpeTables`."""
+    ``tables`` is a `gpupipe.kernels.bpe_tables.BpeTables`."""
     offsets, data = np.asarray(offsets, np.int64), np.asarray(data)
     n = len(offsets) - 1
     lens = np.zeros(n, np.int64)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from gpupipe.io import bpe
 from gpupipe.io.tokenizer import load_tokenizer, train_bpe
+from gpupipe.kernels import bpe_tables
 
 SPECIALS = {
     "gpt2": ("<|endoftext|>", "<|pad|>"),
@@ -91,7 +92,7 @@ def test_same_ids_on_hypothesis_text(style, tokenizers_by_style, texts):
 
 def hf_pieces(path, text) -> list[int]:
     """Byte lengths of the pieces of ``tokenizers``' own pre-tokenizer."""
-    chars = bpe._bytes_of_char()
+    chars = bpe_tables._bytes_of_char()
     pre = load_tokenizer(path).pre_tokenizer
     return [len(piece) for piece, _ in pre.pre_tokenize_str(text)
             if all(c in chars for c in piece)]
@@ -104,7 +105,7 @@ def our_pieces(path, text) -> list[int]:
 
     data = np.frombuffer(text.encode(), np.uint8)
     ends, _ = pretokens(np.array([0, len(data)]), data, bpe.choose_engine(path).tables.mode,
-                        bpe.class_table())
+                        bpe_tables.class_table())
     return np.diff(ends, prepend=0).tolist()
 
 
