@@ -91,46 +91,8 @@ def describe_tokenizer(path: str, *, eod_token: str | None = None, eod_id: int |
                          eod_token=eod_token, bos_id=bos_id, bos_token=bos_token, pad_id=pad_id)
 
 
-#: the pre-tokenizer layouts `train_bpe` writes, as the models' own tokenizer.json files have
-#: them: GPT-2 (ByteLevel with its regex), Llama 3 (digits in threes, ``ignore_merges``) and
-#: Qwen 2.5 (single digits, NFC); the regexes are `gpupipe.kernels.bpe.PATTERNS`
-STYLES = ("gpt2", "llama3", "qwen2")
+def train_bpe(texts, **options):
+    """`gpupipe.kernels.bpe_tables.train_bpe` (imported when called: it brings numba)."""
+    from gpupipe.kernels.bpe_tables import train_bpe as train
 
-
-def train_bpe(texts, *, vocab_size: int, min_frequency: int = 2,
-              special_tokens: tuple[str, ...] = ("<|endoftext|>", "<|pad|>"),
-              style: str = "gpt2"):
-    """A byte-level BPE tokenizer trained on an iterator of texts, with the pre-tokenizer,
-    normalizer and BPE options of ``style`` (one of `STYLES`)."""
-    from tokenizers import (
-        Regex,
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
-
-    from gpupipe.kernels.bpe import LLAMA3, PATTERNS, QWEN2
-
-    if style not in STYLES:
-        raise ValueError(f"style {style!r}: one of {', '.join(STYLES)}")
-    tok = Tokenizer(models.BPE(ignore_merges=style == "llama3"))
-    if style == "gpt2":
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    else:
-        pattern = PATTERNS[LLAMA3 if style == "llama3" else QWEN2]
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    if style == "qwen2":
-        tok.normalizer = normalizers.NFC()
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(special_tokens),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer=trainer)
-    return tok
+    return train(texts, **options)

@@ -499,7 +499,7 @@ def encode(offsets, data, tables, bos: int = -1, eod: int = -1) -> tuple[np.ndar
     total = int(offsets[-1] - offsets[0]) if n else 0
     out = np.empty(total + 2 * n + 1, np.int32)
     m = scratch_len(offsets)
-    count = _encode_cpu(offsets, data, *tables.kernel_args(), np.int32(bos), np.int32(eod),
+    count = _encode_cpu(offsets, data, *tables.kernel_args(), np.int64(bos), np.int64(eod),
                         np.empty(m, np.int32), np.empty(3 * m, np.int64),
                         np.empty(m, np.int64), np.empty(m, np.int64), out, lens) if n else 0
     return out[:count], lens

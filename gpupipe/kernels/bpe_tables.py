@@ -229,6 +229,49 @@ def build_tables(spec: dict) -> BpeTables:
         vids=vids)
 
 
+#: the pre-tokenizer layouts `train_bpe` writes, as the models' own tokenizer.json files have
+#: them: GPT-2 (ByteLevel with its regex), Llama 3 (digits in threes, ``ignore_merges``) and
+#: Qwen 2.5 (single digits, NFC); the regexes are `gpupipe.kernels.bpe.PATTERNS`
+STYLES = ("gpt2", "llama3", "qwen2")
+
+
+def train_bpe(texts, *, vocab_size: int, min_frequency: int = 2,
+              special_tokens: tuple[str, ...] = ("<|endoftext|>", "<|pad|>"),
+              style: str = "gpt2"):
+    """A byte-level BPE tokenizer trained on an iterator of texts, with the pre-tokenizer,
+    normalizer and BPE options of ``style`` (one of `STYLES`)."""
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
+
+    if style not in STYLES:
+        raise ValueError(f"style {style!r}: one of {', '.join(STYLES)}")
+    tok = Tokenizer(models.BPE(ignore_merges=style == "llama3"))
+    if style == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        pattern = kernel.PATTERNS[kernel.LLAMA3 if style == "llama3" else kernel.QWEN2]
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    if style == "qwen2":
+        tok.normalizer = normalizers.NFC()
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(special_tokens),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
 def _main() -> None:  # python -m gpupipe.kernels.bpe_tables: regenerate unicode_classes.py
     import tokenizers
 

@@ -8,6 +8,7 @@ a document is a mismatch when any of its results differs in any bit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 
@@ -15,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from gpupipe.kernels import (
+    bpe,
+    bpe_tables,
     clean,
     contamination,
     hashing,
@@ -239,6 +242,41 @@ def _span_cut(units, cut, s: Sample) -> tuple:
     return Text(data, offsets), changed
 
 
+#: the special tokens of the check tokenizers; one appears in every fourth document
+BPE_SPECIALS = ("<|endoftext|>", "<|im_start|>")
+
+
+@functools.lru_cache(maxsize=8)
+def _bpe_tables(style: str, texts: tuple[str, ...]):
+    """A byte-level BPE tokenizer of ``style`` trained on the texts themselves (so merges of
+    every rank fire), as the kernel's tables."""
+    import json
+
+    tok = bpe_tables.train_bpe(texts, vocab_size=600, min_frequency=1,
+                               special_tokens=BPE_SPECIALS, style=style)
+    return bpe_tables.build_tables(json.loads(tok.to_str()))
+
+
+def _bpe(launcher, s: Sample) -> tuple:
+    """Document ``k`` encoded with the ``k % 3``-th pre-tokenizer (GPT-2, Llama 3, Qwen 2.5)
+    and a BOS and an EOD id around it: every style, each document once."""
+    texts = [t if k % 4 else t + BPE_SPECIALS[k % 8 // 4] + t[:20]
+             for k, t in enumerate(s.texts.to_pylist())]
+    per_doc: list = [None] * len(texts)
+    for i, style in enumerate(bpe_tables.STYLES):
+        rows = range(i, len(texts), len(bpe_tables.STYLES))
+        mine = [texts[k] for k in rows]
+        if not mine:
+            continue
+        off, data = utf8.utf8_buffers(pa.array(mine, pa.large_string()))
+        ids, lens = launcher(off, data, _bpe_tables(style, tuple(mine)), 0, 1)
+        for k, part in zip(rows, np.split(ids, np.cumsum(lens)[:-1]), strict=True):
+            per_doc[k] = part
+    lens = np.array([len(p) for p in per_doc], np.int64)
+    ids = np.concatenate(per_doc) if per_doc else np.zeros(0, np.int32)
+    return _ragged(ids, lens), lens
+
+
 CHECKS: tuple[Check, ...] = (
     Check("count_chars_words", "length_filter, word_count_filter (whitespace)",
           lambda s: (utf8.count_chars(s.offsets, s.data), utf8.count_words(s.offsets, s.data)),
@@ -304,6 +342,8 @@ CHECKS: tuple[Check, ...] = (
           lambda s: _span_cut(spans.span_units, spans.cut_units, s),
           lambda s: _span_cut(_gpu().span_units, _gpu().cut_units, s)),
     Check("language_id", "language_id (scores, label, probability)", _langid_cpu, _langid_gpu),
+    Check("bpe", "tokenize (byte-level BPE: GPT-2, Llama 3 and Qwen 2.5 pre-tokenizers)",
+          lambda s: _bpe(bpe.encode, s), lambda s: _bpe(_gpu().bpe_encode, s)),
     Check("langid_prepare_check", "language_id (which texts are prepared on the host)",
           lambda s: (langid.langid_needs_prepare(s.offsets, s.data),),
           lambda s: (_gpu().langid_needs_prepare(s.offsets, s.data),)),

@@ -28,6 +28,7 @@ from numba import cuda, types
 
 from gpupipe.charsets import char_table
 from gpupipe.kernels import (
+    bpe,
     clean,
     contamination,
     hashing,
@@ -796,3 +797,50 @@ def cut_units(offsets, data, nunits, ends, cut):
     starts = host[:-1] - host[0]
     text, new_off = _compact(out, total, starts, lens)
     return new_off, text, to_host(changed)
+
+
+@kernel((OFF, U8, i64, U8, B1, U8, I64, I32, I32, U64, I64, i64, b1, U64, I64, i64, U8, I64,
+         I32, i64, i64, I64, I32, I64, I64, I64, I32, i64, i64, I64))
+def _bpe_kernel(offsets, data, mode, classes, sp_first, sp_bytes, sp_off, sp_ids, byte_id, mkeys,
+                mvals, mmask, ignore_merges, vkeys, vrows, vmask, vbytes, voff, vids, bos, eod,
+                reg, ids, heap, nxt, prv, out, base, first, lens):
+    d = cuda.grid(1)
+    if d < lens.shape[0]:
+        r0 = reg[d]
+        r1 = reg[d + 1]
+        lens[d] = bpe.encode_doc(data, offsets[d], offsets[d + 1], mode, classes, sp_first,
+                                 sp_bytes, sp_off, sp_ids, byte_id, mkeys, mvals, mmask,
+                                 ignore_merges, vkeys, vrows, vmask, vbytes, voff, vids, bos, eod,
+                                 ids[r0:r1], heap[3 * r0:3 * r1], nxt[r0:r1], prv[r0:r1], out,
+                                 offsets[d] - base + 2 * (first + d))
+
+
+@functools.lru_cache(maxsize=4)
+def _bpe_tables_on_device(tables):
+    return tuple(to_device(x) if isinstance(x, np.ndarray) else x for x in tables.kernel_args())
+
+
+def bpe_encode(offsets, data, tables, bos: int = -1, eod: int = -1, *,
+               chunk_bytes: int = CHUNK_BYTES) -> tuple[np.ndarray, np.ndarray]:
+    """`gpupipe.kernels.bpe.encode` on the GPU: (int32 ids flat, count per document), on the
+    host. A document writes its ids into its own range of the output (its bytes plus two), and
+    the ranges are packed at the end."""
+    off, host, chunks = _per_chunk(offsets, chunk_bytes)
+    n = len(host) - 1
+    if n == 0:
+        return np.zeros(0, np.int32), np.zeros(0, np.int64)
+    dat = to_device(data)
+    args = _bpe_tables_on_device(tables)
+    total = int(host[-1] - host[0]) + 2 * n
+    out = _empty(total, np.int32)
+    lens = _zeros(n, np.int64)
+    for a, b in chunks:
+        reg = _regions(host, a, b)
+        m = int(reg[-1])
+        _launch(_bpe_kernel, b - a, off[a: b + 1], dat, *args, np.int64(bos), np.int64(eod),
+                to_device(reg), _empty(m, np.int32), _empty(3 * m, np.int64),
+                _empty(m, np.int64), _empty(m, np.int64), out, int(host[0]), a, lens[a:b])
+    lens = to_host(lens)
+    starts = host[:-1] - host[0] + 2 * np.arange(n)
+    ids, _ = _compact(out, total, starts, lens)
+    return ids, lens

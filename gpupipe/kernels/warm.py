@@ -32,12 +32,13 @@ STAGE_KERNELS: dict[str, tuple[str, ...]] = {
     "fuzzy_dedup": ("minhash_chars", "minhash_words"),
     "decontaminate": ("decontamination",),
     "span_dedup": ("span_units", "span_cut", "count_chars_words"),
+    "tokenize": ("bpe",),
 }
 
 #: seconds each takes to compile on one core (measured, `gpupipe warmup` prints them): only the
 #: order of the plan depends on them
 COST: dict[str, float] = {
-    "word_tokens": 4.8, "text_cleanup": 4.6, "c4_quality": 4.5, "span_units": 4.5,
+    "bpe": 10.5, "word_tokens": 4.8, "text_cleanup": 4.6, "c4_quality": 4.5, "span_units": 4.5,
     "gopher_repetition": 3.3, "minhash_chars": 3.2, "language_id": 2.3, "decontamination": 2.2,
     "gopher_quality": 2.2, "minhash_words": 1.6, "fineweb_quality": 1.4, "xxh64": 1.1,
     "span_cut": 1.1, "pii_prefilter": 0.8, "count_chars_words": 0.5, "substrings": 0.4,

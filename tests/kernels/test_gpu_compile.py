@@ -17,7 +17,7 @@ KERNELS = {"_count_chars_kernel", "_count_words_kernel", "_needs_normalization_k
            "_c4_kernel", "_xxh64_kernel", "_minhash_kernel", "_minhash_ngrams_kernel",
            "_langid_kernel", "_clean_kernel", "_langid_prepare_kernel",
            "_count_substrings_kernel", "_pii_kernel", "_contamination_kernel",
-           "_span_units_kernel", "_cut_units_kernel"}
+           "_span_units_kernel", "_cut_units_kernel", "_bpe_kernel"}
 
 
 def test_every_kernel_compiles_for_sm80_and_sm90(capsys):

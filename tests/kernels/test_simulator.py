@@ -32,7 +32,7 @@ def test_check_gpu_simulate_on_the_sample_corpus():
          "data/sample"], capture_output=True, text=True, cwd=REPO, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = re.findall(r"^(\w+)\s+(\d+)\s+(\d+)\s", proc.stdout, re.M)
-    assert len(rows) == 18
+    assert len(rows) == 19
     assert all(docs == "50" and bad == "0" for _, docs, bad in rows), proc.stdout
 
 
