@@ -86,32 +86,68 @@ def _hf_ids(tok, texts) -> list[list[int]]:
     return [e.ids for e in tok.encode_batch_fast(list(texts), add_special_tokens=False)]
 
 
+@functools.cache
+def _assigned() -> np.ndarray:
+    """True for the code points Python's Unicode tables assign."""
+    import unicodedata
+
+    return np.array([unicodedata.category(chr(c)) != "Cn" for c in range(0x110000)])
+
+
 def encode_buffers(tables: BpeTables, offsets, data, tokenizer, *, bos: int = -1,
                    eod: int = -1) -> tuple[np.ndarray, np.ndarray, int]:
     """Token ids of the strings ``(offsets, data)``: (int32 ids flat, count per document, how
-    many documents ``tokenizer`` encoded). With an NFC or NFKC normalizer, the documents
-    quick check flags (`gpupipe.kernels.normalize.stable_table`: BMP, assigned in Python's
-    Unicode, unchanged in every context) go to ``tokenizer`` (the `tokenizers.Tokenizer`) whole: the kernel
-    does not normalise."""
+    many documents ``tokenizer``, the `tokenizers.Tokenizer`, encoded).
+
+    The kernel does not normalise. With an NFC or NFKC normalizer, a document the quick check
+    flags (`gpupipe.kernels.normalize.stable_table`) is normalised here by `unicodedata` and
+    then encoded by the kernel, when every character in it is assigned in Python's Unicode
+    tables (Unicode's normalisation stability: then a newer version normalises it the same)
+    and no added token occurs in it before or after normalising (``tokenizers`` matches them
+    in the raw text and normalises the text between them on its own). Otherwise
+    ``tokenizer`` encodes it whole."""
     flat, lens = kernel.encode(offsets, data, tables, bos, eod)
     if tables.normal_form is None or len(lens) == 0:
         return flat, lens, 0
+    import unicodedata
+
     from gpupipe.kernels.normalize import _needs_normalization_cpu, stable_table
 
     flags = np.zeros(len(lens), np.bool_)
-    _needs_normalization_cpu(np.asarray(offsets, np.int64), data, stable_table(tables.normal_form),
-                             flags)
+    _needs_normalization_cpu(np.asarray(offsets, np.int64), data,
+                             stable_table(tables.normal_form), flags)
     redo = np.flatnonzero(flags)
     if len(redo) == 0:
         return flat, lens, 0
-    texts = [bytes(data[offsets[d]: offsets[d + 1]]).decode() for d in redo]
-    around = ([bos] if bos >= 0 else [], [eod] if eod >= 0 else [])
-    theirs = [np.array(around[0] + ids + around[1], np.int32) for ids in _hf_ids(tokenizer, texts)]
+    assigned, specials = _assigned(), tables.added_strings()
+    ours: list[tuple[int, str]] = []
+    theirs: list[tuple[int, str]] = []
+    for d in redo:
+        text = bytes(data[offsets[d]: offsets[d + 1]]).decode()
+        cps = np.frombuffer(text.encode("utf-32-le"), np.uint32)
+        if assigned[cps].all() and not any(t in text for t in specials):
+            norm = unicodedata.normalize(tables.normal_form, text)
+            if not any(t in norm for t in specials):
+                ours.append((d, norm))
+                continue
+        theirs.append((d, text))
     docs = np.split(flat, np.cumsum(lens)[:-1])
-    for d, ids in zip(redo, theirs, strict=True):
-        docs[d] = ids
-        lens[d] = len(ids)
-    return np.concatenate(docs), lens, len(redo)
+    if ours:
+        import pyarrow as pa
+
+        from gpupipe.kernels.utf8 import utf8_buffers
+
+        o, dat = utf8_buffers(pa.array([t for _, t in ours], pa.large_string()))
+        ids, n = kernel.encode(o, dat, tables, bos, eod)
+        for (d, _), part in zip(ours, np.split(ids, np.cumsum(n)[:-1]), strict=True):
+            docs[d] = part
+    if theirs:
+        around = ([bos] if bos >= 0 else [], [eod] if eod >= 0 else [])
+        for (d, _), ids in zip(theirs, _hf_ids(tokenizer, [t for _, t in theirs]), strict=True):
+            docs[d] = np.array(around[0] + ids + around[1], np.int32)
+    for d in redo:
+        lens[d] = len(docs[d])
+    return np.concatenate(docs), lens, len(theirs)
 
 
 def encode_texts(tables: BpeTables, texts, tokenizer=None) -> list[list[int]]:
@@ -159,7 +195,7 @@ def _choose(path: str, sha256: str, requested: str, add_special_tokens: bool) ->
             raise ValueError(f"engine: gpupipe cannot encode with {path!r}: {why}; "
                              f"use engine: auto or huggingface")
         return Engine("huggingface", f"gpupipe's engine declined: {why}")
-    form = f", {tables.normal_form} by tokenizers where text may change" if tables.normal_form else ""
+    form = f", {tables.normal_form} on the host" if tables.normal_form else ""
     return Engine("gpupipe", f"byte-level BPE, {tables.pretokenizer} pre-tokenizer{form}; "
                   f"same ids as tokenizers on "
                   f"{len(texts)} check texts", tables)

@@ -134,6 +134,11 @@ class BpeTables:
                 self.ignore_merges, self.vkeys, self.vrows, np.int64(len(self.vkeys) - 1),
                 self.vbytes, self.voff, self.vids)
 
+    def added_strings(self) -> list[str]:
+        """The added tokens' texts."""
+        return [bytes(self.sp_bytes[a:b]).decode() for a, b in zip(self.sp_off[:-1],
+                                                                   self.sp_off[1:], strict=True)]
+
     @property
     def pretokenizer(self) -> str:
         return MODE_NAMES[self.mode]

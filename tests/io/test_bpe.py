@@ -255,13 +255,16 @@ def test_real_tokenizer_file(sample_records):
     path = claude_tokenizer()
     engine = bpe.choose_engine(path)
     assert engine.name == "gpupipe" and engine.tables.normal_form == "NFKC", engine.reason
-    texts = [r["text"] for r in sample_records]
+    # NFKC changes: fullwidth letters with an added token; with a letter newer than Python's
+    # Unicode; an added token NFKC makes; none of those (normalised here, then the kernel)
+    odd = ["ｆｕｌｌ<EOT>width", "ｆｕｌｌ \u1c89 x", "＜EOT＞ ｆｕｌｌ", "ｆｕｌｌ plain ㎏ ²"]
+    texts = [r["text"] for r in sample_records] + odd
     off, data = utf8_buffers(pa.array(texts, pa.large_string()))
     flat, lens, by_hf = bpe.encode_buffers(engine.tables, off, data, load_tokenizer(path))
     theirs = hf_ids(path, texts)
     assert flat.tolist() == [i for ids in theirs for i in ids]
     assert lens.tolist() == [len(ids) for ids in theirs]
-    assert by_hf == 318
+    assert by_hf == 3  # the first three of `odd`; 318 sample documents NFKC may change
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
