@@ -52,6 +52,26 @@ def test_explain_shows_fusing_and_boundaries(tmp_path):
     assert "checkpoints/01-repartition/" in out and "backend  pandas" in out
 
 
+def test_explain_names_the_tokenizer_engine_and_a_fallback(tmp_path):
+    r = cli("explain", "pipelines/quickstart.yaml")
+    assert r.returncode == 0, r.stderr
+    assert ("tokenize: engine: gpupipe (byte-level BPE, gpt2 pre-tokenizer; same ids as "
+            "tokenizers on 22 check texts)") in r.stdout
+    spec = json.load(open("data/tokenizer.json"))
+    spec["normalizer"] = {"type": "Lowercase"}
+    (tmp_path / "tok.json").write_text(json.dumps(spec))
+    p = tmp_path / "p.yaml"
+    p.write_text(open("pipelines/quickstart.yaml").read().replace(
+        "data/tokenizer.json", str(tmp_path / "tok.json")))
+    r = cli("explain", str(p))
+    assert r.returncode == 0, r.stderr
+    assert ("tokenize: engine: huggingface (gpupipe's engine declined: normalizer 'Lowercase' "
+            "(the engine implements none, NFC or NFKC))") in r.stdout
+    r = cli("run", str(p), "--set", "tokenize.engine=gpupipe", "--output", str(tmp_path / "o"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "engine: gpupipe cannot encode with" in r.stderr and "Lowercase" in r.stderr
+
+
 def test_stages_and_schema():
     r = cli("stages")
     assert "length_filter  [row]" in r.stdout and "too_few_words" in r.stdout

@@ -158,19 +158,19 @@ def pretoken_end(data, i, end, mode, classes):
             if (c1 & SPACE) == 0:
                 j, cj = i + 1, c1
         if (cj & LETTER) != 0:
-            return run_of(data, j, end, classes, LETTER)
+            return run_of(data, j, end, classes, np.int64(LETTER))
         if (cj & NUMBER) != 0:
-            return run_of(data, j, end, classes, NUMBER)
+            return run_of(data, j, end, classes, np.int64(NUMBER))
         if (cj & SPACE) == 0:
             return run_other(data, j, end, classes)
-        return space_run(data, i, end, classes, False)
+        return space_run(data, i, end, classes, mode != GPT2)
     # '[^\r\n\p{L}\p{N}]?\p{L}+'
     if (c0 & LETTER) != 0:
-        return run_of(data, i, end, classes, LETTER)
+        return run_of(data, i, end, classes, np.int64(LETTER))
     if (c0 & (NEWLINE | LETTER | NUMBER)) == 0 and i + n0 < end:
         c1, _ = char_at(data, i + n0, classes)
         if (c1 & LETTER) != 0:
-            return run_of(data, i + n0, end, classes, LETTER)
+            return run_of(data, i + n0, end, classes, np.int64(LETTER))
     # '\p{N}{1,3}' (Llama 3) or '\p{N}' (Qwen 2.5)
     if (c0 & NUMBER) != 0:
         k = i + n0
@@ -194,7 +194,7 @@ def pretoken_end(data, i, end, mode, classes):
         while k < end and (data[k] == 10 or data[k] == 13):
             k += 1
         return k
-    return space_run(data, i, end, classes, True)
+    return space_run(data, i, end, classes, mode != GPT2)
 
 
 # --------------------------------------------------------------------------- tables
@@ -343,7 +343,7 @@ def merge_long(data, a, b, byte_id, mkeys, mvals, mmask, ids, heap, nxt, prv, ou
         ids[k] = byte_id[data[a + k]]
         nxt[k] = k + 1
         prv[k] = k - 1
-    h = 0
+    h = np.int64(0)
     for k in range(n - 1):
         v = pair_value(mkeys, mvals, mmask, ids[k], ids[k + 1])
         if v >= 0:
@@ -450,7 +450,7 @@ def encode_doc(data, start, end, mode, classes, sp_first, sp_bytes, sp_off, sp_i
 def _encode_cpu(offsets, data, mode, classes, sp_first, sp_bytes, sp_off, sp_ids, byte_id,
                 mkeys, mvals, mmask, ignore_merges, vkeys, vrows, vmask, vbytes, voff, vids,
                 bos, eod, ids, heap, nxt, prv, out, lens):
-    o = 0
+    o = np.int64(0)  # not a literal 0: numba would compile encode_doc for it as well
     for d in range(lens.shape[0]):
         n = encode_doc(data, offsets[d], offsets[d + 1], mode, classes, sp_first, sp_bytes,
                        sp_off, sp_ids, byte_id, mkeys, mvals, mmask, ignore_merges, vkeys, vrows,
