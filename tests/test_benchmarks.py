@@ -58,7 +58,7 @@ def test_bench_gpu_runs_in_the_simulator():
         "gopher_repetition": 0, "fineweb_quality": 0, "c4_quality": 0, "xxh64": 0,
         "minhash_chars": 0, "minhash_words": 0, "language_id": 0,
         "langid_prepare_check": 0, "pii_prefilter": 0, "decontamination": 0,
-        "span_units": 0, "span_cut": 0}
+        "span_units": 0, "span_cut": 0, "bpe": 0}
     assert report["gopher_pair"]["target_gpu_gb_per_s"] == 1.0
 
 

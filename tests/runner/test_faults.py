@@ -112,14 +112,23 @@ def markers(pattern: str, at_least: int):
 FUZZY = ["signatures", "candidates", "pairs", "select", "drop"]
 
 
+def _soak(point: str):
+    """A kill point that `make test` leaves to `-m slow`: each costs a run and a half (~25 s on
+    2 cores), and the same code path is killed by a point kept in the default run."""
+    return pytest.param(point, marks=pytest.mark.slow)
+
+
 @pytest.mark.parametrize("point", [
     "row/00-length_filter/10",                            # the read + row segment
-    "step/exact_dedup/keys/7", "step/exact_dedup/losers/3",
-    *[f"step/fuzzy_dedup/{s}/{0 if s == 'select' else 3}" for s in FUZZY],
+    "step/exact_dedup/keys/7", _soak("step/exact_dedup/losers/3"),
+    *[f"step/fuzzy_dedup/{s}/3" for s in ("signatures", "pairs")],
+    *[_soak(f"step/fuzzy_dedup/{s}/{0 if s == 'select' else 3}")
+      for s in ("candidates", "select", "drop")],
     "step-done/fuzzy_dedup/pairs",                         # between two steps
     "index/fuzzy_dedup",                                   # index written, not committed
-    *[f"step/span_dedup/{s}/{k}" for s, k in (("spans", 5), ("count", 1), ("cut", 7))],
-    "shard-route/20", "shard-write/train/1",
+    "step/span_dedup/count/1",
+    *[_soak(f"step/span_dedup/{s}/{k}") for s, k in (("spans", 5), ("cut", 7))],
+    _soak("shard-route/20"), "shard-write/train/1",
     "manifest",                                            # shards written, manifest not yet
 ])
 def test_sigkill_of_the_process_group_then_rerun(corpus, reference, point):
