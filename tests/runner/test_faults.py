@@ -114,7 +114,8 @@ FUZZY = ["signatures", "candidates", "pairs", "select", "drop"]
 
 def _soak(point: str):
     """A kill point that `make test` leaves to `-m slow`: each costs a run and a half (~25 s on
-    2 cores), and the same code path is killed by a point kept in the default run."""
+    2 cores), and a point kept in the default run kills the same stage at another step (the
+    step runner's resume is one code path for every step)."""
     return pytest.param(point, marks=pytest.mark.slow)
 
 
