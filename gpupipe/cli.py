@@ -19,15 +19,46 @@ def _load(args):
     return Pipeline.from_yaml(args.pipeline, overrides=args.set)
 
 
-def cmd_run(args) -> int:
-    from gpupipe.spec import AddressClusterSpec, SchedulerFileClusterSpec
+def _cluster_keys(path: str, overrides: list[str]) -> dict[str, str]:
+    """``cluster.kind`` and ``cluster.start_method`` as the pipeline file and ``--set`` give
+    them, read without importing the stages (``{}`` when the file does not say or does not
+    parse: the full load reports that). YAML nodes only, so no alias is expanded."""
+    import yaml
 
+    out: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            node = yaml.compose(f, Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        node = None
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if key.value == "cluster" and isinstance(value, yaml.MappingNode):
+                out.update((k.value, v.value) for k, v in value.value
+                           if isinstance(v, yaml.ScalarNode))
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key.strip().startswith("cluster."):
+            out[key.strip()[len("cluster."):]] = value.strip()
+    return out
+
+
+def cmd_run(args) -> int:
     overrides = list(args.set or [])
     if args.output:
         overrides.append(f"output.path={args.output}")
     if args.overwrite:
         overrides.append("output.overwrite=true")
     args.set = overrides
+    keys = _cluster_keys(args.pipeline, overrides)
+    if not (args.address or args.scheduler_file) and keys.get("kind", "local") == "local" \
+            and keys.get("start_method", "forkserver") == "forkserver":
+        from gpupipe.runner import forkserver
+
+        # the workers' imports happen in the background while this process loads the pipeline
+        forkserver.start()
+    from gpupipe.spec import AddressClusterSpec, SchedulerFileClusterSpec
+
     pipeline = _load(args)
     attach = {"min_workers": args.min_workers} if args.min_workers else {}
     if args.timeout:

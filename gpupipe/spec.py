@@ -80,6 +80,11 @@ class LocalClusterSpec(BaseModel):
                                               "on; localhost unless asked otherwise")
     dashboard_address: str = Field("127.0.0.1:0", description="where the Dask dashboard "
                                                               "listens (':0': every interface)")
+    start_method: Literal["forkserver", "spawn"] = Field(
+        "forkserver", description="how worker processes start: forked from one process that "
+        "imported gpupipe once (forkserver, a fraction of a second), or each a new interpreter "
+        "that imports everything itself (spawn, seconds); forkserver falls back to spawn when "
+        "the environment changed since it started")
 
 
 def _memory_size(value: Any) -> int | float:

@@ -86,3 +86,46 @@ def test_embedded_local_cluster(tmp_path, small_corpus):
     res = make(small_corpus, tmp_path / "o", {"kind": "local", "workers": 1}).run(progress=False)
     assert res.summary["cluster"] == {"kind": "local", "scheduler": res.summary["cluster"][
         "scheduler"], "workers": 1, "threads": 1}
+
+
+def _worker_view():
+    import sys
+
+    return {"cwd": os.getcwd(), "preloaded": "gpupipe.runner.preload" in sys.modules,
+            "seed": os.environ.get("PYTHONHASHSEED"), "omp": os.environ.get("OMP_NUM_THREADS"),
+            "rayon": os.environ.get("RAYON_NUM_THREADS"),
+            "marker": os.environ.get("GPUPIPE_TEST_MARKER")}
+
+
+def test_local_workers_are_forked_from_the_preloaded_server(tmp_path, monkeypatch):
+    """The default start: workers forked from gpupipe's forkserver, with gpupipe already
+    imported, in the driver's working directory, with the environment a spawned worker gets."""
+    from gpupipe.runner.cluster import connect, start_method
+    from gpupipe.spec import LocalClusterSpec
+
+    monkeypatch.chdir(tmp_path)
+    spec = LocalClusterSpec(workers=2)
+    assert start_method(spec) == "forkserver"
+    with connect(spec) as c:
+        views = list(c.run(_worker_view).values())
+    assert views == [{"cwd": str(tmp_path), "preloaded": True,
+                      "seed": os.environ.get("PYTHONHASHSEED", "6640"), "omp": "1",
+                      "rayon": "1", "marker": None}] * 2
+
+
+def test_changed_environment_or_spawn_asked_spawns(monkeypatch):
+    """A variable set after the server started could matter at import: such a run spawns its
+    workers, which then see it; so does ``start_method: spawn``."""
+    from gpupipe.runner.cluster import connect, start_method
+    from gpupipe.spec import LocalClusterSpec
+
+    assert start_method(LocalClusterSpec(start_method="spawn")) == "spawn"
+    spec = LocalClusterSpec(workers=1)
+    assert start_method(spec) == "forkserver"
+    monkeypatch.setenv("GPUPIPE_TEST_MARKER", "seen")
+    assert start_method(spec) == "spawn"
+    with connect(spec) as c:
+        [view] = c.run(_worker_view).values()
+    assert (view["preloaded"], view["marker"]) == (False, "seen")
+    monkeypatch.delenv("GPUPIPE_TEST_MARKER")
+    assert start_method(spec) == "forkserver"

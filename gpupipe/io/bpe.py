@@ -13,10 +13,14 @@ The tables the kernel reads are `gpupipe.kernels.bpe_tables`'.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import os
+import sys
+import threading
 
 import numpy as np
 
@@ -165,12 +169,11 @@ def encode_texts(tables: BpeTables, texts, tokenizer=None) -> list[list[int]]:
     return [flat[e - n: e].tolist() for e, n in zip(ends, lens, strict=True)]
 
 
-@functools.lru_cache(maxsize=8)
-def _choose(path: str, sha256: str, requested: str, add_special_tokens: bool) -> Engine:
+def _decide(path: str, add_special_tokens: bool) -> tuple[str | None, BpeTables | None, int]:
+    """(why gpupipe's engine may not encode like ``path``, or None; its tables; how many check
+    texts both engines encoded alike)."""
     from gpupipe.io.tokenizer import load_tokenizer
 
-    if requested == "huggingface":
-        return Engine("huggingface", "engine: huggingface")
     with open(path, encoding="utf-8") as f:
         spec = json.load(f)
     why = unsupported(spec, add_special_tokens)
@@ -180,8 +183,8 @@ def _choose(path: str, sha256: str, requested: str, add_special_tokens: bool) ->
             tables = build_tables(spec)
         except (ValueError, KeyError) as e:
             why = f"its tables: {e}"
+    texts = list(CHECK_TEXTS)
     if why is None:
-        texts = list(CHECK_TEXTS)
         texts += [f"before{t['content']}after {t['content']} x" for t in
                   (spec.get("added_tokens") or ())[:64]]
         tok = load_tokenizer(path)
@@ -190,6 +193,87 @@ def _choose(path: str, sha256: str, requested: str, add_special_tokens: bool) ->
         if bad:
             why = (f"ids differ from tokenizers on {len(bad)} of {len(texts)} check texts, the "
                    f"first {texts[bad[0]][:40]!r}")
+    return why, (tables if why is None else None), len(texts)
+
+
+# --------------------------------------------------------------------------- the saved verdict
+
+_TABLE_ARRAYS = ("sp_first", "sp_bytes", "sp_off", "sp_ids", "byte_id", "mkeys", "mvals",
+                 "vkeys", "vrows", "vbytes", "voff", "vids")
+
+
+def _verdict_key(sha256: str, add_special_tokens: bool) -> str:
+    """What a verdict depends on: the file's bytes, the option, the versions of gpupipe and
+    tokenizers, and the source of the engine (this module, the kernel, its tables)."""
+    import tokenizers
+
+    from gpupipe._version import __version__
+    from gpupipe.kernels import bpe_tables, unicode_classes
+
+    h = hashlib.sha256()
+    for part in (sha256, str(add_special_tokens), __version__, tokenizers.__version__):
+        h.update(part.encode() + b"\0")
+    for module in (kernel, bpe_tables, unicode_classes, sys.modules[__name__]):
+        with open(module.__file__, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:40]
+
+
+def _verdict_path(key: str) -> str:
+    from gpupipe.kernels.bpe_tables import _cache_dir
+
+    return os.path.join(_cache_dir(), "bpe-engine", f"{key}.npz")
+
+
+def _load_verdict(key: str):
+    from gpupipe.kernels.bpe_tables import class_table
+
+    try:
+        with np.load(_verdict_path(key), allow_pickle=False) as z:
+            meta = json.loads(bytes(z["meta"]).decode())
+            tables = None
+            if meta["why"] is None:
+                tables = BpeTables(mode=meta["mode"], normal_form=meta["normal_form"],
+                                   classes=class_table(), ignore_merges=meta["ignore_merges"],
+                                   **{k: z[k] for k in _TABLE_ARRAYS})
+            return meta["why"], tables, meta["texts"]
+    except (OSError, KeyError, ValueError, TypeError):
+        return None
+
+
+def _save_verdict(key: str, verdict) -> None:
+    why, tables, texts = verdict
+    meta = {"why": why, "texts": texts}
+    arrays = {}
+    if tables is not None:
+        meta.update(mode=tables.mode, normal_form=tables.normal_form,
+                    ignore_merges=bool(tables.ignore_merges))
+        arrays = {k: getattr(tables, k) for k in _TABLE_ARRAYS}
+    path = _verdict_path(key)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.npz"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        np.savez(tmp, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrays)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)   # a read-only cache: the next process checks again
+
+
+@functools.lru_cache(maxsize=8)
+def _choose(path: str, sha256: str, requested: str, add_special_tokens: bool) -> Engine:
+    """The engine, from the verdict saved in the user's cache directory when one was reached
+    for the same file and engine (`_verdict_key`), else from `_decide` (and saved): the driver
+    and every worker of a run, and later runs, then start without encoding the check texts
+    and without compiling anything to build the tables."""
+    if requested == "huggingface":
+        return Engine("huggingface", "engine: huggingface")
+    key = _verdict_key(sha256, add_special_tokens)
+    verdict = _load_verdict(key)
+    if verdict is None:
+        verdict = _decide(path, add_special_tokens)
+        _save_verdict(key, verdict)
+    why, tables, texts = verdict
     if why is not None:
         if requested == "gpupipe":
             raise ValueError(f"engine: gpupipe cannot encode with {path!r}: {why}; "
@@ -197,8 +281,7 @@ def _choose(path: str, sha256: str, requested: str, add_special_tokens: bool) ->
         return Engine("huggingface", f"gpupipe's engine declined: {why}")
     form = f", {tables.normal_form} on the host" if tables.normal_form else ""
     return Engine("gpupipe", f"byte-level BPE, {tables.pretokenizer} pre-tokenizer{form}; "
-                  f"same ids as tokenizers on "
-                  f"{len(texts)} check texts", tables)
+                  f"same ids as tokenizers on {texts} check texts", tables)
 
 
 def choose_engine(path: str, requested: str = "auto", add_special_tokens: bool = False) -> Engine:

@@ -190,6 +190,20 @@ def _children_ignore_sigint():
         signal.signal(signal.SIGINT, old)
 
 
+def start_method(spec) -> str:
+    """How the local cluster of ``spec`` starts its workers: ``forkserver`` when asked (the
+    default) and `gpupipe.runner.forkserver` can serve it, else ``spawn``."""
+    from gpupipe.runner import forkserver
+
+    if getattr(spec, "start_method", "spawn") != "forkserver":
+        return "spawn"
+    why = forkserver.usable() if forkserver.start() else "another forkserver runs here"
+    if why is not None:
+        log.debug("local workers are spawned: %s", why)
+        return "spawn"
+    return "forkserver"
+
+
 @contextlib.contextmanager
 def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = None) -> Iterator:
     """Yield a `distributed.Client` for a cluster spec; an embedded cluster is closed after.
@@ -212,11 +226,15 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
             yield client
         return
     if kind == "local":
+        import dask
+
         n = workers or spec.workers or default_workers()
-        log.info("starting a local Dask cluster: %d worker(s) x %d thread(s)", n,
-                 spec.threads_per_worker)
+        method = start_method(spec)
+        log.info("starting a local Dask cluster: %d worker(s) x %d thread(s), %s", n,
+                 spec.threads_per_worker, method)
         try:
-            with _children_ignore_sigint():
+            with _children_ignore_sigint(), \
+                    dask.config.set({"distributed.worker.multiprocessing-method": method}):
                 cluster = LocalCluster(
                     n_workers=n,
                     threads_per_worker=spec.threads_per_worker,

@@ -187,6 +187,37 @@ def test_what_it_cannot_express_falls_back(tokenizers_by_style, tmp_path):
     assert bpe.choose_engine(base, "huggingface").name == "huggingface"
 
 
+def test_verdict_saved_per_file_and_engine(tokenizers_by_style, tmp_path, monkeypatch,
+                                           sample_records):
+    """The check runs once per tokenizer file and engine source: later processes load the
+    verdict and tables from the cache directory, and a damaged entry is decided again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    decided = []
+    real = bpe._decide
+    monkeypatch.setattr(bpe, "_decide", lambda *a: decided.append(a[0]) or real(*a))
+    path = tokenizers_by_style["llama3"]
+    texts = [r["text"] for r in sample_records[:200]]
+
+    def fresh():
+        bpe._choose.cache_clear()
+        return bpe.choose_engine(path)
+
+    first = fresh()
+    [saved] = (tmp_path / "cache" / "gpupipe" / "bpe-engine").iterdir()
+    again = fresh()
+    assert decided == [path] and again.describe() == first.describe()
+    assert bpe.encode_texts(again.tables, texts) == hf_ids(path, texts)
+    saved.write_bytes(b"not an npz")
+    assert fresh().describe() == first.describe() and decided == [path, path]
+    lowered = edited(path, tmp_path, "lower", lambda s: s.update(normalizer={"type": "Lowercase"}))
+    bpe._choose.cache_clear()
+    assert bpe.choose_engine(lowered).name == "huggingface"
+    bpe._choose.cache_clear()
+    assert bpe.choose_engine(lowered).name == "huggingface" and len(decided) == 3
+    assert len(list(saved.parent.iterdir())) == 2
+    bpe._choose.cache_clear()
+
+
 def test_duplicate_merge_keeps_the_later_rank(tokenizers_by_style, tmp_path, sample_records):
     """A merges list with a pair twice: ``tokenizers`` keeps the later rank, and so must we."""
     def repeat_first(spec):

@@ -1,0 +1,128 @@
+"""Local worker processes forked from one prepared process, not spawned from nothing.
+
+distributed starts each worker of a `LocalCluster` as a new interpreter (``spawn``) that imports
+distributed, pandas, pyarrow, numba and the stages on its own: on 2 cores that is 2-3 s before a
+worker runs its first task, and a cluster of N workers pays it N times over. Here the
+worker processes are forked from Python's forkserver instead, which imports all of that once
+(`gpupipe.runner.preload`), in the background, while the driver is still reading the pipeline.
+A worker then starts in a fraction of a second, and a second run in the same process (a
+notebook, the test suite) starts its workers at once.
+
+What a worker sees is what a spawned one would: the driver's working directory and
+``sys.path`` (multiprocessing hands them to every child), and the same environment. The
+server's environment is the driver's as it was when the server started, plus distributed's
+``pre-spawn-environ`` (thread pools of one, ``PYTHONHASHSEED``), set before numpy is imported as
+distributed's nanny would. When the driver's environment has changed since, or distributed is
+configured otherwise, `usable` says no and the cluster spawns its workers as before
+(``cluster.start_method: spawn`` asks for that always).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import signal
+import threading
+
+log = logging.getLogger(__name__)
+
+#: the module the server imports before it forks any worker
+PRELOAD = "gpupipe.runner.preload"
+
+#: variables that change while a process runs and do not concern its workers
+VOLATILE = frozenset({"PYTEST_CURRENT_TEST", "COLUMNS", "LINES", "OLDPWD",
+                      "__DASK_PARENT_PID"})  # the last set by distributed in the driver
+
+#: distributed.nanny.pre-spawn-environ as distributed 2026.7 ships it (`usable` compares it with
+#: the configuration in force when a cluster starts)
+PRE_SPAWN = {"MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+             "OPENBLAS_NUM_THREADS": "1"}
+
+_lock = threading.Lock()
+#: the driver's environment when this module started the server (None: not started by us)
+_started_env: dict[str, str] | None = None
+_server_env: dict[str, str] = {}
+
+
+def _environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in VOLATILE}
+
+
+def _server_running() -> bool:
+    return getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None) is not None
+
+
+def start() -> bool:
+    """Start the forkserver if this process has not (it returns at once; the server imports in
+    the background). False when another library already started one, without our preload."""
+    global _started_env, _server_env
+    if multiprocessing.current_process().name != "MainProcess":
+        return False  # a worker running a pipeline starts no cluster of its own
+    with _lock:
+        if _started_env is not None:
+            return True
+        if _server_running():
+            return False
+        env = {k: os.environ.get(k, v) for k, v in PRE_SPAWN.items()}
+        if os.environ.get("PYTHONHASHSEED") in (None, "0"):  # as distributed's nanny does
+            env["PYTHONHASHSEED"] = "6640"
+        before = _environment()
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            multiprocessing.get_context("forkserver").set_forkserver_preload([PRELOAD])
+            with _sigint_ignored():   # inherited by the server and every worker forked from it
+                multiprocessing.forkserver.ensure_running()
+        except OSError as e:
+            log.debug("no forkserver (%s); local workers are spawned", e)
+            return False
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        _started_env, _server_env = before, {**before, **env}
+        return True
+
+
+def usable() -> str | None:
+    """Why local workers cannot be forked from our server now, or None when they can."""
+    if _started_env is None:
+        return "the forkserver was not started by gpupipe"
+    import dask
+    import distributed  # noqa: F401  (its configuration defaults)
+
+    # distributed's nanny exports these into this process when it starts a worker: they are
+    # compared with what the server was given, not with the driver's environment at start
+    config = dask.config.get("distributed.nanny.pre-spawn-environ") or {}
+    want = {k: os.environ.get(k, str(v)) for k, v in config.items() if v is not None}
+    seed = os.environ.get("PYTHONHASHSEED")
+    want["PYTHONHASHSEED"] = "6640" if seed in (None, "0") else seed
+    now = _environment()
+    skip = set(want) | set(PRE_SPAWN)
+    changed = sorted(k for k in set(now) | set(_started_env)
+                     if k not in skip and now.get(k) != _started_env.get(k))
+    if changed:
+        return f"the environment changed since the forkserver started ({', '.join(changed[:5])})"
+    differ = sorted(k for k, v in want.items() if _server_env.get(k) != v)
+    if differ:
+        return f"the workers' pre-spawn environment differs ({', '.join(differ)})"
+    return None
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored while the server starts: Ctrl-C reaches the whole process group, and only
+    the driver should act on it (by closing the cluster), not every worker with a traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
