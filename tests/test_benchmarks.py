@@ -40,6 +40,18 @@ def test_benchmark_script_runs(script, args, key, exact):
         assert full["docs"] == 1612 and full["planted_near"] == 50
 
 
+def test_bench_startup_runs():
+    """bench_startup.py times whole runs in new processes; `import gpupipe` loads none of the
+    heavy libraries, and both start methods run the pipeline."""
+    r = subprocess.run([sys.executable, "benchmarks/bench_startup.py", "--repeat", "1",
+                        "--workers", "1"], capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    full = json.loads(r.stdout)
+    assert full["import_gpupipe_loads"] == "[]"
+    assert (full["workers"], full["repeat"]) == (1, 1)
+    assert all(full[k] > 0 for k in ("run_forkserver", "run_spawn", "bare_dask_spawn"))
+
+
 def test_bench_gpu_runs_in_the_simulator():
     """bench_gpu.py is for a GPU machine; the simulator shows the script itself works."""
     import os

@@ -114,18 +114,43 @@ def test_local_workers_are_forked_from_the_preloaded_server(tmp_path, monkeypatc
 
 
 def test_changed_environment_or_spawn_asked_spawns(monkeypatch):
-    """A variable set after the server started could matter at import: such a run spawns its
-    workers, which then see it; so does ``start_method: spawn``."""
+    """A variable set after the server started reaches forked workers through the nanny; one
+    that a preloaded library reads at import (``NUMBA_*``, ``OMP_*``, ...) makes the run spawn
+    its workers, which then see it; so does ``start_method: spawn``."""
     from gpupipe.runner.cluster import connect, start_method
     from gpupipe.spec import LocalClusterSpec
 
     assert start_method(LocalClusterSpec(start_method="spawn")) == "spawn"
     spec = LocalClusterSpec(workers=1)
+    monkeypatch.setenv("GPUPIPE_TEST_MARKER", "set later")
     assert start_method(spec) == "forkserver"
-    monkeypatch.setenv("GPUPIPE_TEST_MARKER", "seen")
+    with connect(spec) as c:
+        [view] = c.run(_worker_view).values()
+    assert (view["preloaded"], view["marker"]) == (True, "set later")
+    monkeypatch.setenv("OMP_DISPLAY_ENV", "FALSE")
     assert start_method(spec) == "spawn"
     with connect(spec) as c:
         [view] = c.run(_worker_view).values()
-    assert (view["preloaded"], view["marker"]) == (False, "seen")
-    monkeypatch.delenv("GPUPIPE_TEST_MARKER")
+    assert (view["preloaded"], view["marker"]) == (False, "set later")
+    monkeypatch.delenv("OMP_DISPLAY_ENV")
     assert start_method(spec) == "forkserver"
+
+
+def test_a_check_failing_while_the_cluster_starts_leaves_no_worker(tmp_path, small_corpus):
+    """The cluster starts while the run is checked: a check that fails stops the run with its
+    own error, and the workers started meanwhile are closed."""
+    import multiprocessing.forkserver
+
+    import psutil
+
+    from gpupipe.errors import OutputError
+
+    (tmp_path / "taken").write_text("a file, not a directory")
+    with pytest.raises(OutputError, match="is a file"):
+        make(small_corpus, tmp_path / "taken", {"kind": "local", "workers": 2}).run(
+            progress=False)
+    server = psutil.Process(multiprocessing.forkserver._forkserver._forkserver_pid)
+    deadline = time.monotonic() + 10
+    while server.children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server.children() == []

@@ -19,12 +19,10 @@ import functools
 import hashlib
 import json
 import os
-import sys
 import threading
 
 import numpy as np
 
-from gpupipe.kernels import bpe as kernel
 from gpupipe.kernels.bpe_tables import BpeTables, build_tables, pre_tokenizer_mode
 
 #: what `choose_engine` encodes with both engines before a run may use gpupipe's
@@ -110,6 +108,8 @@ def encode_buffers(tables: BpeTables, offsets, data, tokenizer, *, bos: int = -1
     and no added token occurs in it before or after normalising (``tokenizers`` matches them
     in the raw text and normalises the text between them on its own). Otherwise
     ``tokenizer`` encodes it whole."""
+    from gpupipe.kernels import bpe as kernel
+
     flat, lens = kernel.encode(offsets, data, tables, bos, eod)
     if tables.normal_form is None or len(lens) == 0:
         return flat, lens, 0
@@ -162,7 +162,9 @@ def encode_texts(tables: BpeTables, texts, tokenizer=None) -> list[list[int]]:
 
     off, data = utf8_buffers(pa.array(list(texts), pa.large_string()))
     if tokenizer is None:
-        flat, lens = kernel.encode(off, data, tables)
+        from gpupipe.kernels.bpe import encode
+
+        flat, lens = encode(off, data, tables)
     else:
         flat, lens, _ = encode_buffers(tables, off, data, tokenizer)
     ends = np.cumsum(lens)
@@ -205,16 +207,19 @@ _TABLE_ARRAYS = ("sp_first", "sp_bytes", "sp_off", "sp_ids", "byte_id", "mkeys",
 def _verdict_key(sha256: str, add_special_tokens: bool) -> str:
     """What a verdict depends on: the file's bytes, the option, the versions of gpupipe and
     tokenizers, and the source of the engine (this module, the kernel, its tables)."""
+    import importlib.util
+
     import tokenizers
 
     from gpupipe._version import __version__
-    from gpupipe.kernels import bpe_tables, unicode_classes
 
     h = hashlib.sha256()
     for part in (sha256, str(add_special_tokens), __version__, tokenizers.__version__):
         h.update(part.encode() + b"\0")
-    for module in (kernel, bpe_tables, unicode_classes, sys.modules[__name__]):
-        with open(module.__file__, "rb") as f:
+    # read, not imported: the driver of a run never loads the kernel (nor numba)
+    for module in ("gpupipe.kernels.bpe", "gpupipe.kernels.bpe_tables", "gpupipe.kernels.catalog",
+                   "gpupipe.kernels.unicode_classes", __name__):
+        with open(importlib.util.find_spec(module).origin, "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:40]
 

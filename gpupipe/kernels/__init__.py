@@ -14,8 +14,17 @@ the CPU, called as they are by the CUDA kernels of `gpu`) and a CPU launcher ove
 
 `gpu` holds the CUDA kernels and launchers (imported only when used); `checks` runs each kernel
 on both targets and compares them bit for bit (``gpupipe check-gpu``).
+
+Importing this package imports no kernel and not numba (the stages a driver only validates need
+neither); a family is compiled or loaded from numba's cache when first called.
 """
 
-from gpupipe.kernels.utf8 import utf8_buffers
-
 __all__ = ["utf8_buffers"]
+
+
+def __getattr__(name: str):
+    if name == "utf8_buffers":
+        from gpupipe.kernels.utf8 import utf8_buffers
+
+        return utf8_buffers
+    raise AttributeError(f"module 'gpupipe.kernels' has no attribute {name!r}")

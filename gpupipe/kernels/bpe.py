@@ -35,22 +35,22 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from gpupipe.kernels.catalog import (  # noqa: F401  (the modes and classes, re-exported)
+    GPT2,
+    LETTER,
+    LLAMA3,
+    NEWLINE,
+    NUMBER,
+    PATTERNS,
+    QWEN2,
+    SPACE,
+)
 from gpupipe.kernels.hashing import fmix64
 from gpupipe.kernels.target import device
 from gpupipe.kernels.utf8 import decode
 
 __all__ = ["GPT2", "LLAMA3", "QWEN2", "encode", "hash_bytes", "insert", "pretokens"]
 
-LETTER, NUMBER, SPACE, NEWLINE = 1, 2, 4, 8
-GPT2, LLAMA3, QWEN2 = 0, 1, 2
-#: the Split regexes of the Llama 3 and Qwen 2.5 pre-tokenizers, as tokenizer.json spells them
-#: (GPT-2's is ``ByteLevel``'s own)
-PATTERNS = {
-    LLAMA3: r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-            r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
-    QWEN2: r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
-           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
-}
 #: pieces up to this many bytes merge by rescanning an array; longer ones through a heap
 SHORT = 64
 _EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)

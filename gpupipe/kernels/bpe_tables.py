@@ -20,7 +20,7 @@ import zlib
 
 import numpy as np
 
-from gpupipe.kernels import bpe as kernel
+from gpupipe.kernels import catalog as kernel  # the modes and classes; the kernel when building
 
 MODE_NAMES = {kernel.GPT2: "gpt2", kernel.LLAMA3: "llama3", kernel.QWEN2: "qwen2"}
 
@@ -156,7 +156,9 @@ def _table(keys: np.ndarray, vals: np.ndarray, empty_val) -> tuple[np.ndarray, n
         size <<= 1
     tkeys = np.full(size, np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64)
     tvals = np.full(size, empty_val, vals.dtype)
-    kernel.insert(keys.astype(np.uint64), vals, tkeys, tvals, np.int64(size - 1))
+    from gpupipe.kernels.bpe import insert
+
+    insert(keys.astype(np.uint64), vals, tkeys, tvals, np.int64(size - 1))
     return tkeys, tvals
 
 
@@ -214,7 +216,9 @@ def build_tables(spec: dict) -> BpeTables:
     voff, vbytes = _strings(tok_bytes if ignore else [])
     vids = ids if ignore else np.zeros(0, np.int32)
     hashes = np.empty(len(vids), np.uint64)
-    kernel.hash_all(voff, vbytes, hashes)
+    from gpupipe.kernels.bpe import hash_all
+
+    hash_all(voff, vbytes, hashes)
     if len(np.unique(hashes)) != len(hashes):
         raise ValueError("two vocabulary tokens share a 64-bit hash")
     vkeys, vrows = _table(hashes, np.arange(len(vids), dtype=np.int64), np.int64(-1))

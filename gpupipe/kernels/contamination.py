@@ -25,6 +25,7 @@ import unicodedata
 import numba
 import numpy as np
 
+from gpupipe.kernels.catalog import MAX_NGRAM
 from gpupipe.kernels.hashing import fmix64
 from gpupipe.kernels.target import device
 from gpupipe.kernels.utf8 import decode
@@ -36,7 +37,6 @@ _U64 = np.uint64
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 _BASE = np.uint64(0x9E3779B97F4A7C15)
-MAX_NGRAM = 64
 #: log2 of the bitmap's size in bits (2 MiB: about 6% false hits for 10^6 keys)
 BLOOM_BITS = 24
 

@@ -4,6 +4,7 @@ A stage computes with ``kernels_for(df).<name>(...)`` and runs on either target 
 
 from __future__ import annotations
 
+from gpupipe.kernels import catalog
 from gpupipe.kernels.clean import clean_text
 from gpupipe.kernels.contamination import contamination_scan
 from gpupipe.kernels.hashing import minhash_buffers as minhash
@@ -27,6 +28,6 @@ __all__ = ["c4_rewrite", "clean_text", "contamination_scan", "count_chars", "cou
            "langid_scores", "minhash", "minhash_ngrams", "needs_normalization",
            "pii_candidates", "span_units", "xxh64_strings"]
 
-#: the launchers `gpupipe.kernels.gpu` has too, with the same parameters (tested against it):
-#: a stage computing only with these runs on cuDF (`gpupipe.stages.base.stage`)
-ON_GPU = frozenset(__all__)
+#: the launchers `gpupipe.kernels.gpu` has too (`gpupipe.kernels.catalog`, which the stages read
+#: without importing numba; tests/kernels/test_seam.py checks both lists)
+ON_GPU = catalog.ON_GPU

@@ -230,6 +230,11 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
 
         n = workers or spec.workers or default_workers()
         method = start_method(spec)
+        inherited = {}
+        if method == "forkserver":  # what a spawned worker would inherit from this process
+            from gpupipe.runner import forkserver
+
+            inherited = forkserver.worker_env()
         log.info("starting a local Dask cluster: %d worker(s) x %d thread(s), %s", n,
                  spec.threads_per_worker, method)
         try:
@@ -242,7 +247,7 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
                     memory_limit=spec.memory_limit,
                     host=spec.host,
                     dashboard_address=spec.dashboard_address,
-                    env={**worker_env(spec.threads_per_worker), **env},
+                    env={**inherited, **worker_env(spec.threads_per_worker), **env},
                     # task failures are re-raised here with file/stage context; the workers' own
                     # "Compute Failed" tracebacks would only repeat them (shown with -v)
                     silence_logs=logging.WARNING if log.isEnabledFor(logging.DEBUG)
@@ -290,6 +295,68 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
         if env:
             client.run(apply_kvikio_settings, env)
         yield client
+
+
+class PendingCluster:
+    """The cluster a run computes on, connected to while the driver plans and checks the run.
+
+    A local cluster whose workers fork from the preloaded server (`start_method`) starts in a
+    thread at once, and compiles or loads the run's kernels there (`prewarm`); any other
+    cluster is connected to in the calling thread when `result` is first asked for (starting
+    spawned workers sets signal dispositions, which only the main thread may do). `close`
+    (also on failure, before `result` was asked for) waits for a start under way and closes
+    what was started."""
+
+    def __init__(self, spec, *, workers: int | None, env: dict[str, str], stage_names,
+                 backend: str):
+        import concurrent.futures
+
+        self._stack = contextlib.ExitStack()
+        self._args = (spec, workers, env, list(stage_names), backend)
+        self._future = self._pool = None
+        if spec.kind == "local" and start_method(spec) == "forkserver":
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="gpupipe-cluster")
+            self._future = self._pool.submit(self._open)
+
+    def _open(self):
+        spec, workers, env, stage_names, backend = self._args
+        client = self._stack.enter_context(connect(spec, workers=workers, env=env))
+        return client, prewarm(client, stage_names, backend)
+
+    def result(self):
+        """``(client, what prewarm compiled)``."""
+        if self._future is None:
+            self._future = _done(self._open)
+        return self._future.result()
+
+    def close(self) -> None:
+        if self._future is None:
+            return
+        try:
+            self._future.result()
+        except BaseException:  # noqa: S110 - raised to the run by result(), if asked
+            pass
+        if self._pool is None:
+            self._stack.close()
+            return
+        # in the thread that entered the client: it set a context variable there
+        try:
+            self._pool.submit(self._stack.close).result()
+        finally:
+            self._pool.shutdown()
+
+
+def _done(fn):
+    """A finished `concurrent.futures.Future` holding what ``fn()`` returned or raised."""
+    import concurrent.futures
+
+    future = concurrent.futures.Future()
+    try:
+        future.set_result(fn())
+    except BaseException as e:
+        future.set_exception(e)
+    return future
 
 
 def describe(client) -> dict:

@@ -12,9 +12,11 @@ What a worker sees is what a spawned one would: the driver's working directory a
 ``sys.path`` (multiprocessing hands them to every child), and the same environment. The
 server's environment is the driver's as it was when the server started, plus distributed's
 ``pre-spawn-environ`` (thread pools of one, ``PYTHONHASHSEED``), set before numpy is imported as
-distributed's nanny would. When the driver's environment has changed since, or distributed is
-configured otherwise, `usable` says no and the cluster spawns its workers as before
-(``cluster.start_method: spawn`` asks for that always).
+distributed's nanny would. A variable the driver sets later reaches the workers through the
+nanny (`worker_env`), unless a preloaded library reads it at import (`AT_IMPORT`: ``NUMBA_*``,
+``OMP_*``, ...) or it was removed, or distributed is configured otherwise: then `usable` says
+no and the cluster spawns its workers as before (``cluster.start_method: spawn`` asks for that
+always).
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ VOLATILE = frozenset({"PYTEST_CURRENT_TEST", "COLUMNS", "LINES", "OLDPWD",
 #: the configuration in force when a cluster starts)
 PRE_SPAWN = {"MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
              "OPENBLAS_NUM_THREADS": "1"}
+
+#: prefixes of variables that the libraries the server preloads (numba, numpy's BLAS, OpenMP,
+#: pyarrow, the allocator, the interpreter, the time zone) read when they are imported: a change
+#: made after the server started would be lost on a forked worker
+AT_IMPORT = ("NUMBA_", "OMP_", "MKL_", "OPENBLAS_", "BLIS_", "VECLIB_", "NUMEXPR_", "ARROW_",
+             "PYTHON", "MALLOC_", "LD_", "TZ")
 
 _lock = threading.Lock()
 #: the driver's environment when this module started the server (None: not started by us)
@@ -76,7 +84,7 @@ def start() -> bool:
             multiprocessing.get_context("forkserver").set_forkserver_preload([PRELOAD])
             with _sigint_ignored():   # inherited by the server and every worker forked from it
                 multiprocessing.forkserver.ensure_running()
-        except OSError as e:
+        except (OSError, ValueError) as e:  # ValueError: a platform without forkserver
             log.debug("no forkserver (%s); local workers are spawned", e)
             return False
         finally:
@@ -89,6 +97,20 @@ def start() -> bool:
         return True
 
 
+def _changes() -> tuple[dict[str, str], list[str], list[str]]:
+    """The driver's environment against the one the server started with: (variables set or
+    changed since, outside distributed's pre-spawn set; those of them that libraries the server
+    preloaded read when imported, `AT_IMPORT`; variables removed since)."""
+    import dask
+
+    skip = set(dask.config.get("distributed.nanny.pre-spawn-environ") or {}) | set(PRE_SPAWN)
+    skip.add("PYTHONHASHSEED")
+    now = _environment()
+    changed = {k: v for k, v in now.items() if k not in skip and _started_env.get(k) != v}
+    removed = sorted(k for k in _started_env if k not in now and k not in skip)
+    return changed, sorted(k for k in changed if k.startswith(AT_IMPORT)), removed
+
+
 def usable() -> str | None:
     """Why local workers cannot be forked from our server now, or None when they can."""
     if _started_env is None:
@@ -96,22 +118,27 @@ def usable() -> str | None:
     import dask
     import distributed  # noqa: F401  (its configuration defaults)
 
+    _, at_import, removed = _changes()
+    if at_import or removed:
+        names = ", ".join((at_import + removed)[:5])
+        return f"the environment changed since the forkserver started ({names})"
     # distributed's nanny exports these into this process when it starts a worker: they are
     # compared with what the server was given, not with the driver's environment at start
     config = dask.config.get("distributed.nanny.pre-spawn-environ") or {}
     want = {k: os.environ.get(k, str(v)) for k, v in config.items() if v is not None}
     seed = os.environ.get("PYTHONHASHSEED")
     want["PYTHONHASHSEED"] = "6640" if seed in (None, "0") else seed
-    now = _environment()
-    skip = set(want) | set(PRE_SPAWN)
-    changed = sorted(k for k in set(now) | set(_started_env)
-                     if k not in skip and now.get(k) != _started_env.get(k))
-    if changed:
-        return f"the environment changed since the forkserver started ({', '.join(changed[:5])})"
     differ = sorted(k for k, v in want.items() if _server_env.get(k) != v)
     if differ:
         return f"the workers' pre-spawn environment differs ({', '.join(differ)})"
     return None
+
+
+def worker_env() -> dict[str, str]:
+    """Variables the driver set or changed since the server started, none read at import (see
+    `usable`): the nanny sets them in each forked worker before it starts, as a spawned worker
+    would have inherited them."""
+    return _changes()[0] if _started_env is not None else {}
 
 
 @contextlib.contextmanager

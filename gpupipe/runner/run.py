@@ -3,6 +3,7 @@ segments (`gpupipe.runner.segments`) and the shards (`gpupipe.runner.sharding`),
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import inspect
 import logging
@@ -114,11 +115,26 @@ def _check_stages(pipeline) -> None:
 def execute(pipeline, *, client=None, workers: int | None = None,
             progress: bool | str | None = None) -> dict:
     """Run ``pipeline`` and return its summary (what run.json holds); see `Pipeline.run`."""
-    from gpupipe.runner.cluster import connect, describe, resolve_backend
+    from gpupipe.runner.cluster import PendingCluster, resolve_backend
 
     t_start = time.perf_counter()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     backend = resolve_backend(pipeline.backend)
+    env = pipeline.io.kvikio.env()
+    with contextlib.ExitStack() as stack:
+        pending = None
+        if client is None:
+            # a local cluster starts (and loads its kernels) while this thread plans and checks
+            pending = PendingCluster(pipeline.cluster, workers=workers, env=env,
+                                     stage_names=[s.stage_name for s in pipeline.all_stages()],
+                                     backend=backend.name)
+            stack.callback(pending.close)
+        return _execute(pipeline, client, pending, backend, env, progress, t_start, started)
+
+
+def _execute(pipeline, client, pending, backend, env, progress, t_start, started) -> dict:
+    from gpupipe.runner.cluster import describe
+
     source = make_pipeline_source(pipeline)
     segments = plan(pipeline.all_stages())
     _warn_conversions(pipeline, segments, backend.name)
@@ -143,29 +159,25 @@ def execute(pipeline, *, client=None, workers: int | None = None,
 
     bar = make_progress(progress)
     try:
-        def run_all(c):
-            from gpupipe.runner.cluster import prewarm
-
-            compiled = prewarm(c, [s.stage_name for s in pipeline.all_stages()], backend.name)
-            result = run_segments(pipeline, c, count_block_lines(c, source, bar), segments, fps,
-                                   out, bar, backend.name)
-            if pipeline.sink_stage() is not None:
-                result["shards"] = run_shards(c, pipeline, out, fps[-1],
-                                               result["output"]["partitions"], bar, vers)
-            if compiled:
-                result["compile"] = compiled
-            return result, describe(c)
-
-        env = pipeline.io.kvikio.env()
         if client is not None:
             if env:
                 from gpupipe.runner.cluster import apply_kvikio_settings
 
                 client.run(apply_kvikio_settings, env)
-            summary, cluster_info = run_all(client)
+            from gpupipe.runner.cluster import prewarm
+
+            compiled = prewarm(client, [s.stage_name for s in pipeline.all_stages()],
+                               backend.name)
         else:
-            with connect(pipeline.cluster, workers=workers, env=env) as own:
-                summary, cluster_info = run_all(own)
+            client, compiled = pending.result()
+        summary = run_segments(pipeline, client, count_block_lines(client, source, bar),
+                               segments, fps, out, bar, backend.name)
+        if pipeline.sink_stage() is not None:
+            summary["shards"] = run_shards(client, pipeline, out, fps[-1],
+                                           summary["output"]["partitions"], bar, vers)
+        if compiled:
+            summary["compile"] = compiled
+        cluster_info = describe(client)
     except BaseException as e:
         bar.close()
         write_json({**base, "status": "failed", "error": f"{type(e).__name__}: {e}"},

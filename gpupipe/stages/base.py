@@ -56,20 +56,20 @@ def _backends_of(name: str, kernels: tuple[str, ...],
                  on_gpu: frozenset[str] | None = None) -> tuple[str, ...]:
     """A stage that computes only with kernel launchers and `gpupipe.backends.dispatch`
     operations runs on every backend its kernels run on: on cuDF too when each of them has a
-    GPU launcher (``on_gpu``, by default `gpupipe.kernels.cpu.ON_GPU`), else on pandas only.
+    GPU launcher (``on_gpu``, by default `gpupipe.kernels.catalog.ON_GPU`), else on pandas only.
 
     >>> _backends_of("demo", ("count_chars", "xxh64_strings"))
     ('pandas', 'cudf')
     >>> _backends_of("demo", ("count_chars",), on_gpu=frozenset())
     ('pandas',)
     """
-    from gpupipe.kernels import cpu
+    from gpupipe.kernels import catalog
 
-    unknown = [k for k in kernels if k not in cpu.__all__]
+    unknown = [k for k in kernels if k not in catalog.LAUNCHERS]
     if unknown:
         raise TypeError(f"stage {name!r} declares unknown kernels {unknown}; known: "
-                        f"{', '.join(cpu.__all__)}")
-    gpu = cpu.ON_GPU if on_gpu is None else on_gpu
+                        f"{', '.join(catalog.LAUNCHERS)}")
+    gpu = catalog.ON_GPU if on_gpu is None else on_gpu
     return ("pandas", "cudf") if set(kernels) <= gpu else ("pandas",)
 
 

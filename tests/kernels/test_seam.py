@@ -59,6 +59,14 @@ def test_stages_declare_backends_from_their_kernels():
     assert _backends_of("c", C4Quality.kernels, on_gpu=no_gpu) == ("pandas", "cudf")
 
 
+def test_catalog_names_the_cpu_launchers():
+    """The stages validate kernel names against the catalog, without importing numba."""
+    from gpupipe.kernels import catalog
+
+    assert set(catalog.LAUNCHERS) == set(cpu.__all__) and len(catalog.LAUNCHERS) == 20
+    assert all(callable(getattr(cpu, name)) for name in catalog.LAUNCHERS)
+
+
 def test_every_cpu_launcher_has_a_gpu_launcher_with_the_same_parameters():
     pytest.importorskip("numba_cuda")
     from gpupipe.kernels import gpu

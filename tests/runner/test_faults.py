@@ -187,16 +187,23 @@ def test_sigkill_inside_span_dedup_counting_with_bloom(corpus, bloom_reference, 
     assert len(bloom_reference) == 40 + 37 + 40 + 1
 
 
-def worker_pids(driver: int) -> list[int]:
-    kids = subprocess.run(["pgrep", "-P", str(driver)], capture_output=True,
+def _children(pid: int | str) -> list[str]:
+    return subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
                           text=True).stdout.split()
+
+
+def worker_pids(driver: int) -> list[int]:
+    """The driver's worker processes: spawned by it, or forked by its forkserver."""
     out = []
-    for k in kids:
+    for k in _children(driver):
         try:
-            if "spawn_main" in open(f"/proc/{k}/cmdline").read():
-                out.append(int(k))
+            cmdline = open(f"/proc/{k}/cmdline").read()
         except OSError:
-            pass
+            continue
+        if "spawn_main" in cmdline:
+            out.append(int(k))
+        elif "forkserver" in cmdline:
+            out.extend(int(w) for w in _children(k))
     return out
 
 
@@ -231,7 +238,7 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(corpus, reference):
     assert wait_for(p, markers(f"{out}/checkpoints/00-*/_done/part-*", 5))
     os.killpg(p.pid, signal.SIGINT)
     _, err = p.communicate(timeout=60)
-    assert p.returncode == 130
+    assert p.returncode == 130, err[-3000:]
     assert err.strip().splitlines()[-1] == "interrupted — run the same command again to resume"
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert group_gone(p.pid)

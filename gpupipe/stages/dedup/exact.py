@@ -10,8 +10,6 @@ import pyarrow as pa
 
 from gpupipe.backends import dispatch
 from gpupipe.frame import ID, TEXT, text_array
-from gpupipe.kernels.hashing import xxh64_strings
-from gpupipe.kernels.utf8 import utf8_buffers
 from gpupipe.stages.base import GlobalStage, stage
 from gpupipe.stages.dedup.common import (
     POS,
@@ -45,6 +43,9 @@ def normalized_texts(df, normalize: bool) -> pa.Array:
 
 def text_hashes(texts: pa.Array | list[str], algorithm: str) -> tuple[np.ndarray, np.ndarray]:
     """Two uint64 halves of md5 (as cuDF's md5 hex, first 16 bytes) or (xxh64, 0)."""
+    from gpupipe.kernels.hashing import xxh64_strings
+    from gpupipe.kernels.utf8 import utf8_buffers
+
     if not isinstance(texts, pa.Array):
         texts = pa.array(list(texts), pa.large_string())
     n = len(texts)

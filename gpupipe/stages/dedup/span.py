@@ -14,16 +14,6 @@ from pydantic import Field, model_validator
 
 from gpupipe.backends import dispatch
 from gpupipe.frame import ID, TEXT, text_array
-from gpupipe.kernels.bloom import (
-    BLOCK_BITS,
-    bloom_insert,
-    bloom_scan,
-    bloom_size,
-    fill_fp_rate,
-    fp_rate,
-)
-from gpupipe.kernels.spans import norm_table
-from gpupipe.kernels.utf8 import utf8_buffers
 from gpupipe.stages.base import GlobalStage, stage
 from gpupipe.stages.dedup.common import (
     OLD_BASE,
@@ -76,6 +66,8 @@ class SpanKeys:
         self.unit, self.span, self.norms, self.keyed = unit, span, norms, keyed
 
     def __call__(self, ctx, i: int) -> Output:
+        from gpupipe.kernels.spans import norm_table
+
         df = ctx.read(i)
         offsets, data = dispatch.text_buffers(df[TEXT])
         table = norm_table(*(n in self.norms for n in NORMS))
@@ -176,6 +168,15 @@ class BloomSeen:
 
     def __call__(self, ctx, i: int) -> Output:
         import pyarrow.parquet as pq
+
+        from gpupipe.kernels.bloom import (
+            BLOCK_BITS,
+            bloom_insert,
+            bloom_scan,
+            bloom_size,
+            fill_fp_rate,
+            fp_rate,
+        )
 
         nparts = ctx.npartitions
         nwin = [np.load(ctx.side("spans", "nwin", p, "npy")) for p in range(nparts)]
@@ -305,6 +306,8 @@ class SpanCut:
                i: int) -> pa.Table:
         """A row per cut window: its document, character range, hash, count, the document that
         kept it and the bytes it removed first."""
+        from gpupipe.kernels.utf8 import utf8_buffers
+
         if hits.empty:
             return SPANS_SCHEMA.empty_table()
         w = hits["w"].to_numpy()

@@ -19,8 +19,7 @@ from gpupipe.backends import dispatch
 from gpupipe.backends.dispatch import kernels_for, text_buffers
 from gpupipe.errors import SpecError
 from gpupipe.frame import ID, TEXT
-from gpupipe.kernels.contamination import MAX_NGRAM, build_index, sample_keys
-from gpupipe.kernels.utf8 import utf8_buffers
+from gpupipe.kernels.catalog import MAX_NGRAM
 from gpupipe.stages.base import Filter, StageResult, stage
 
 log = logging.getLogger("gpupipe")
@@ -135,6 +134,9 @@ def load_samples(es: EvalSet) -> list[str]:
 
 
 def build_eval_index(eval_sets, ngram: int, min_sample_words: int) -> EvalIndex:
+    from gpupipe.kernels.contamination import build_index, sample_keys
+    from gpupipe.kernels.utf8 import utf8_buffers
+
     t0 = time.perf_counter()
     keys, sets, lengths = [], [], {ngram}
     samples, too_short, ngrams = {}, {}, {}

@@ -24,8 +24,6 @@ from pydantic import Field
 from gpupipe.backends import dispatch
 from gpupipe.errors import BackendUnavailableError
 from gpupipe.frame import TEXT, string_series, text_array
-from gpupipe.kernels.langid import langid, langid_model, prepare
-from gpupipe.kernels.utf8 import scatter_buffers, utf8_buffers
 from gpupipe.stages.base import Filter, first_failure, stage
 
 LANGUAGE = "language"
@@ -34,6 +32,9 @@ LANGUAGE_SCORE = "language_score"
 
 def identify(arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """(language codes, confidences) of a string array with py3langid's model."""
+    from gpupipe.kernels.langid import langid, langid_model, prepare
+    from gpupipe.kernels.utf8 import utf8_buffers
+
     model = langid_model()
     best, conf = langid(*utf8_buffers(prepare(arr)), model)
     return pa.array(model.classes, type=pa.large_string()).take(pa.array(best)), conf
@@ -43,6 +44,9 @@ def identify_partition(df) -> tuple[np.ndarray, np.ndarray]:
     """(class index, confidence) per row of a partition of either backend: the scores run where
     the text is (the kernels on the GPU for cuDF); only the texts `prepare` might change (not
     NFC, or without an ASCII lower-case letter) are prepared on the host first."""
+    from gpupipe.kernels.langid import langid_model, prepare
+    from gpupipe.kernels.utf8 import scatter_buffers
+
     kernels, (offsets, data) = dispatch.kernels_for(df), dispatch.text_buffers(df[TEXT])
     need = np.asarray(kernels.langid_needs_prepare(offsets, data))
     if need.any():  # only those rows leave the device, and come back prepared
@@ -96,6 +100,8 @@ class LanguageId(Filter):
     fasttext_model: str | None = None
 
     def __post_init__(self):
+        from gpupipe.kernels.langid import langid_model
+
         if self.fasttext_model is not None and not os.path.isfile(self.fasttext_model):
             raise ValueError(f"fasttext_model {self.fasttext_model!r} is not a file")
         if self.keep is not None and self.fasttext_model is None:
@@ -113,6 +119,8 @@ class LanguageId(Filter):
         return "pandas" if self.fasttext_model is not None else super().runs_on(backend)
 
     def evaluate(self, df):
+        from gpupipe.kernels.langid import langid_model
+
         if self.fasttext_model is not None:
             return self._evaluate_fasttext(df)
         model = langid_model()

@@ -16,24 +16,6 @@ from pydantic import Field
 
 from gpupipe.backends.dispatch import kernels_for, string_column, text_buffers
 from gpupipe.frame import TEXT
-from gpupipe.kernels.quality import (
-    C4_LINE_FEW_WORDS,
-    C4_LINE_JAVASCRIPT,
-    C4_LINE_KEPT,
-    C4_LINE_LONG_WORD,
-    C4_LINE_NO_PUNCT,
-    C4_LINE_POLICY,
-    GQ_ALPHA_WORDS,
-    GQ_BULLET_LINES,
-    GQ_ELLIPSES,
-    GQ_ELLIPSIS_LINES,
-    GQ_HASHES,
-    GQ_LINES,
-    GQ_NONSYM,
-    GQ_NONSYM_CHARS,
-    GQ_STOP_WORDS,
-    GQ_WORDS,
-)
 from gpupipe.stages.base import Filter, first_failure, stage
 
 Count = Annotated[int | None, Field(ge=0)]
@@ -100,23 +82,27 @@ class GopherQuality(Filter):
     }
 
     def measures(self, df):
+        from gpupipe.kernels import quality as kq
+
         f = kernels_for(df).gopher_quality_features(*_buffers(df), list(self.stop_words))
-        words, nonsym = f[:, GQ_WORDS], f[:, GQ_NONSYM]
+        words, nonsym = f[:, kq.GQ_WORDS], f[:, kq.GQ_NONSYM]
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean = f[:, GQ_NONSYM_CHARS] / nonsym
+            mean = f[:, kq.GQ_NONSYM_CHARS] / nonsym
         return {"words": nonsym, "mean_word_length": mean,
-                "hash_ratio": _ratio(f[:, GQ_HASHES], words),
-                "ellipsis_ratio": _ratio(f[:, GQ_ELLIPSES], words),
-                "bullet_lines_ratio": _ratio(f[:, GQ_BULLET_LINES], f[:, GQ_LINES]),
-                "ellipsis_lines_ratio": _ratio(f[:, GQ_ELLIPSIS_LINES], f[:, GQ_LINES]),
-                "alpha_words_ratio": _ratio(f[:, GQ_ALPHA_WORDS], words),
-                "stop_words": f[:, GQ_STOP_WORDS]}
+                "hash_ratio": _ratio(f[:, kq.GQ_HASHES], words),
+                "ellipsis_ratio": _ratio(f[:, kq.GQ_ELLIPSES], words),
+                "bullet_lines_ratio": _ratio(f[:, kq.GQ_BULLET_LINES], f[:, kq.GQ_LINES]),
+                "ellipsis_lines_ratio": _ratio(f[:, kq.GQ_ELLIPSIS_LINES], f[:, kq.GQ_LINES]),
+                "alpha_words_ratio": _ratio(f[:, kq.GQ_ALPHA_WORDS], words),
+                "stop_words": f[:, kq.GQ_STOP_WORDS]}
 
     def reason_codes(self, df):
+        from gpupipe.kernels import quality as kq
+
         f = kernels_for(df).gopher_quality_features(*_buffers(df), list(self.stop_words))
-        words, nonsym = f[:, GQ_WORDS], f[:, GQ_NONSYM]
+        words, nonsym = f[:, kq.GQ_WORDS], f[:, kq.GQ_NONSYM]
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean = f[:, GQ_NONSYM_CHARS] / nonsym  # nan without words: no length check fails
+            mean = f[:, kq.GQ_NONSYM_CHARS] / nonsym  # nan without words: no length check fails
         sym = self.max_symbol_word_ratio
 
         def check(value, bound, fails):
@@ -127,14 +113,14 @@ class GopherQuality(Filter):
             check(nonsym, self.max_doc_words, np.greater),
             check(mean, self.min_avg_word_length, np.less),
             check(mean, self.max_avg_word_length, np.greater),
-            check(_ratio(f[:, GQ_HASHES], words), sym, np.greater),
-            check(_ratio(f[:, GQ_ELLIPSES], words), sym, np.greater),
-            check(_ratio(f[:, GQ_BULLET_LINES], f[:, GQ_LINES]), self.max_bullet_lines_ratio,
+            check(_ratio(f[:, kq.GQ_HASHES], words), sym, np.greater),
+            check(_ratio(f[:, kq.GQ_ELLIPSES], words), sym, np.greater),
+            check(_ratio(f[:, kq.GQ_BULLET_LINES], f[:, kq.GQ_LINES]), self.max_bullet_lines_ratio,
                   np.greater),
-            check(_ratio(f[:, GQ_ELLIPSIS_LINES], f[:, GQ_LINES]),
+            check(_ratio(f[:, kq.GQ_ELLIPSIS_LINES], f[:, kq.GQ_LINES]),
                   self.max_ellipsis_lines_ratio, np.greater),
-            check(_ratio(f[:, GQ_ALPHA_WORDS], words), self.min_alpha_words_ratio, np.less),
-            check(f[:, GQ_STOP_WORDS], self.min_stop_words, np.less),
+            check(_ratio(f[:, kq.GQ_ALPHA_WORDS], words), self.min_alpha_words_ratio, np.less),
+            check(f[:, kq.GQ_STOP_WORDS], self.min_stop_words, np.less),
         ], len(df))
 
 
@@ -290,6 +276,8 @@ class C4Quality(Filter):
     policy_substrings: tuple[str, ...] = POLICY_SUBSTRINGS
 
     def evaluate(self, df):
+        from gpupipe.kernels import quality as kq
+
         offsets, data = _buffers(df)
         codes, out, out_off, lines = kernels_for(df).c4_rewrite(
             offsets, data, max_word_length=self.max_word_length,
@@ -302,8 +290,8 @@ class C4Quality(Filter):
         # rows that are dropped (or only flagged) keep their text
         new = string_column(df[TEXT], out_off, out, keep=codes == 0)
         counters = {f"lines:{name}": int(lines[k]) for k, name in (
-            (C4_LINE_LONG_WORD, "too_long_word"), (C4_LINE_NO_PUNCT, "no_terminal_punct"),
-            (C4_LINE_FEW_WORDS, "too_few_words"), (C4_LINE_JAVASCRIPT, "javascript"),
-            (C4_LINE_POLICY, "policy"), (C4_LINE_KEPT, "kept")) if lines[k]}
+            (kq.C4_LINE_LONG_WORD, "too_long_word"), (kq.C4_LINE_NO_PUNCT, "no_terminal_punct"),
+            (kq.C4_LINE_FEW_WORDS, "too_few_words"), (kq.C4_LINE_JAVASCRIPT, "javascript"),
+            (kq.C4_LINE_POLICY, "policy"), (kq.C4_LINE_KEPT, "kept")) if lines[k]}
         out_df = df.assign(**{TEXT: new})
         return codes, out_df, counters

@@ -11,8 +11,6 @@ from pydantic import Field
 
 from gpupipe.backends.dispatch import kernels_for, string_column, text_buffers
 from gpupipe.frame import TEXT
-from gpupipe.kernels.clean import clean_text
-from gpupipe.kernels.utf8 import utf8_buffers
 from gpupipe.stages.base import StageResult, Transform, stage
 
 # What each step does, as the regular expression it is equivalent to (the steps run as one
@@ -75,6 +73,9 @@ class NormalizeText(Transform):
     def _normalize_rows(self, offsets, data, need, changed):
         """Unicode normalisation of the ``need`` rows (Arrow, on the host), then the steps after
         it; ``changed`` is updated in place. Returns the new buffers."""
+        from gpupipe.kernels.clean import clean_text
+        from gpupipe.kernels.utf8 import utf8_buffers
+
         arr = pa.LargeStringArray.from_buffers(len(need), pa.py_buffer(offsets),
                                                pa.py_buffer(data))
         rows = np.flatnonzero(need)

@@ -21,7 +21,6 @@ import pyarrow.compute as pc
 
 from gpupipe.backends.dispatch import kernels_for, string_column, take_text, text_buffers
 from gpupipe.frame import TEXT
-from gpupipe.kernels.utf8 import scatter_buffers
 from gpupipe.stages.base import Transform, stage
 
 Kind = Literal["private_key", "secret_key", "email", "iban", "credit_card", "us_ssn", "phone",
@@ -204,6 +203,7 @@ class PiiRedact(Transform):
         return {**DEFAULT_TOKENS, **(self.tokens or {})}
 
     def transform(self, df):
+        from gpupipe.kernels.utf8 import scatter_buffers
         from gpupipe.stages.base import StageResult
 
         # a compiled prefilter (on the GPU for cuDF) clears the documents with nothing to
