@@ -560,5 +560,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def entry() -> None:
+    """The ``gpupipe`` command: `main`, then an exit that skips the cyclic garbage collector's
+    passes over everything the command imported (numpy, pandas, pyarrow, distributed: about
+    0.4 s of a small run on 2 cores, freeing memory the process is about to return anyway).
+    atexit handlers, module finalizers and file closing run as usual."""
+    import gc
+
+    code = main()
+    gc.disable()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
