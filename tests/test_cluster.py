@@ -154,3 +154,25 @@ def test_a_check_failing_while_the_cluster_starts_leaves_no_worker(tmp_path, sma
     while server.children() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert server.children() == []
+
+
+def test_forked_and_spawned_workers_write_the_same_bytes(tmp_path, small_corpus):
+    """Determinism does not depend on how the workers started: exact dedup (hash-partitioned
+    steps) and tokenized shards, byte for byte."""
+    import hashlib
+
+    from gpupipe.stages import ExactDedup, Tokenize
+
+    digests = {}
+    for method in ("forkserver", "spawn"):
+        out = tmp_path / method
+        gp.Pipeline(input=str(small_corpus), output=str(out),
+                    cluster={"kind": "local", "workers": 2, "start_method": method},
+                    stages=[NormalizeText(), ExactDedup(),
+                            Tokenize(tokenizer="data/tokenizer.json")]).run(progress=False)
+        files = sorted(p for sub in ("data", "shards") for p in (out / sub).rglob("*")
+                       if p.suffix in (".parquet", ".bin", ".idx"))
+        digests[method] = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+                           for p in files}
+    assert len(digests["spawn"]) >= 5
+    assert digests["forkserver"] == digests["spawn"]
