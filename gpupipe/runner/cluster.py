@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 
 from gpupipe.errors import BackendUnavailableError, ClusterError, GpupipeError, StageError
+from gpupipe.runner.forkserver import children_ignore_sigint
 
 log = logging.getLogger(__name__)
 
@@ -172,24 +173,6 @@ def cuda_cluster_kwargs(spec, *, workers: int | None = None,
     return kwargs
 
 
-@contextlib.contextmanager
-def _children_ignore_sigint():
-    """Start worker processes with SIGINT ignored (they inherit it; Python then installs no
-    KeyboardInterrupt handler in them): Ctrl-C reaches the whole process group, and only the
-    driver should act on it, by closing the cluster, not every worker with a traceback."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-
-
 def start_method(spec) -> str:
     """How the local cluster of ``spec`` starts its workers: ``forkserver`` when asked (the
     default) and `gpupipe.runner.forkserver` can serve it, else ``spawn``."""
@@ -220,7 +203,7 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
         log.info("starting a local CUDA cluster (%s, protocol %s)",
                  f"GPUs {kwargs['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in kwargs
                  else "all GPUs", spec.protocol)
-        with _children_ignore_sigint():
+        with children_ignore_sigint():
             cluster = local_cuda_cluster(**kwargs)
         with cluster, Client(cluster) as client:
             yield client
@@ -238,7 +221,7 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
         log.info("starting a local Dask cluster: %d worker(s) x %d thread(s), %s", n,
                  spec.threads_per_worker, method)
         try:
-            with _children_ignore_sigint(), \
+            with children_ignore_sigint(), \
                     dask.config.set({"distributed.worker.multiprocessing-method": method}):
                 cluster = LocalCluster(
                     n_workers=n,

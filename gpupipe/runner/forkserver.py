@@ -82,7 +82,7 @@ def start() -> bool:
         os.environ.update(env)
         try:
             multiprocessing.get_context("forkserver").set_forkserver_preload([PRELOAD])
-            with _sigint_ignored():   # inherited by the server and every worker forked from it
+            with children_ignore_sigint():   # the server, and every worker forked from it
                 multiprocessing.forkserver.ensure_running()
         except (OSError, ValueError) as e:  # ValueError: a platform without forkserver
             log.debug("no forkserver (%s); local workers are spawned", e)
@@ -142,9 +142,11 @@ def worker_env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _sigint_ignored():
-    """SIGINT ignored while the server starts: Ctrl-C reaches the whole process group, and only
-    the driver should act on it (by closing the cluster), not every worker with a traceback."""
+def children_ignore_sigint():
+    """Start child processes with SIGINT ignored (they inherit it; Python then installs no
+    KeyboardInterrupt handler in them): Ctrl-C reaches the whole process group, and only the
+    driver should act on it, by closing the cluster, not every worker with a traceback. Only
+    the main thread may set signal dispositions; elsewhere this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
