@@ -15,6 +15,11 @@ import shlex
 
 from gpupipe.errors import SpecError
 
+#: Seconds the job's end gives the workers (their nannies close with a 10 s timeout) and then
+#: the scheduler to stop after SIGTERM, before SIGKILL.
+WORKER_STOP_S = 30
+SCHEDULER_STOP_S = 10
+
 
 @dataclasses.dataclass(frozen=True)
 class SlurmOptions:
@@ -118,10 +123,23 @@ def render(opts: SlurmOptions, name: str) -> str:
         "",
         "SCHEDULER_PID=",
         "WORKERS_PID=",
+        "# stop PID SECONDS: SIGTERM, then SIGKILL if it is still there after SECONDS",
+        "stop() {",
+        '  [[ -n "$1" ]] || return 0',
+        '  kill "$1" 2>/dev/null || return 0',
+        '  for _ in $(seq 1 $(( $2 * 10 ))); do',
+        '    kill -0 "$1" 2>/dev/null || break',
+        "    sleep 0.1",
+        "  done",
+        '  kill -KILL "$1" 2>/dev/null || true',
+        '  wait "$1" 2>/dev/null || true',
+        "}",
+        "# workers first, while the scheduler still answers them: a worker told to stop while it",
+        "# is still connecting waits for a scheduler that is already gone",
         "cleanup() {",
         "  trap - EXIT INT TERM",
-        '  for pid in $WORKERS_PID $SCHEDULER_PID; do kill "$pid" 2>/dev/null || true; done',
-        "  wait 2>/dev/null || true",
+        f'  stop "$WORKERS_PID" {WORKER_STOP_S}',
+        f'  stop "$SCHEDULER_PID" {SCHEDULER_STOP_S}',
         '  rm -f "$SCHEDULER_FILE"',
         "}",
         "trap cleanup EXIT",
