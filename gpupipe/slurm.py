@@ -2,8 +2,8 @@
 
 The script starts ``dask scheduler --scheduler-file`` on the first node, one ``dask cuda worker``
 (one process per GPU) or ``dask worker`` per node with ``srun``, waits for every worker, runs
-``gpupipe run PIPELINE --scheduler-file ...`` as the driver, then stops the scheduler and the
-workers and exits with the driver's exit code. The scheduler file lives in a directory every node
+``gpupipe run PIPELINE --scheduler-file ...`` as the driver, then stops the workers and then the
+scheduler, and exits with the driver's exit code. The scheduler file lives in a directory every node
 can read (``--workdir``, shared storage). Every ``srun`` option is written ``--name=value``.
 """
 
