@@ -29,10 +29,12 @@ def from_arrow(table: pa.Table) -> pd.DataFrame:
 
 
 def canonical_arrow(table: pa.Table) -> pa.Table:
-    """A partition's Arrow table as every backend writes it: strings as ``large_string``, no
-    schema metadata. The same rows give the same table, hence the same Parquet bytes, whether
-    they come from pandas or cuDF."""
+    """A partition's Arrow table as every backend writes it: strings as ``large_string``, lists
+    with Arrow's default element field (``item``, nullable: cuDF names its own), no schema
+    metadata. The same rows give the same table, hence the same Parquet bytes, whether they
+    come from pandas or cuDF."""
     fields = [pa.field(f.name, pa.large_string()) if pa.types.is_string(f.type) else
+              pa.field(f.name, pa.list_(f.type.value_type)) if pa.types.is_list(f.type) else
               f.remove_metadata() for f in table.schema]
     return table.replace_schema_metadata(None).cast(pa.schema(fields))
 

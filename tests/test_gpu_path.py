@@ -146,18 +146,21 @@ def test_explain_shows_the_cudf_plan_on_a_machine_without_a_gpu():
     text = p.explain()
     assert "backend  cudf — not usable on this machine: backend: cudf cannot be used here" in text
     warned = [line.strip() for line in text.splitlines() if "WARNING" in line]
-    # the first segment reads onto the GPU and stays there; the global stage reads its Parquet
-    # checkpoint on its own side; the last segment copies down once, for the tokenizer
-    assert warned == ["WARNING conversion before tokenize: every partition is copied from the "
-                      "GPU to the host"]
+    # the first segment reads onto the GPU and stays there; the global stages read their
+    # Parquet checkpoints on their own side; the tokenizer encodes on the device
+    assert warned == []
     for native in ("normalize_text", "language_id", "gopher_repetition", "gopher_quality",
                    "c4_quality", "fineweb_quality", "pii_redact"):
         assert f"        {native} runs on cudf\n" in text
-    assert "        tokenize runs on pandas (no cudf path)\n" in text
+    assert ("        tokenize runs on cudf (NFC / NFKC of the documents that need it, and the "
+            "documents handed to tokenizers, on the host)\n") in text
     assert ("        fuzzy_dedup runs on cudf (LSH buckets, candidate checks and the selection on "
             "the host)\n") in text
     quick = gp.Pipeline.from_yaml("pipelines/quickstart.yaml", overrides=["backend=cudf"])
-    assert [line.strip() for line in quick.explain().splitlines() if "WARNING" in line] == [
+    assert [line.strip() for line in quick.explain().splitlines() if "WARNING" in line] == []
+    hf = gp.Pipeline.from_yaml("pipelines/quickstart.yaml",
+                               overrides=["backend=cudf", "stages.2.engine=huggingface"])
+    assert [line.strip() for line in hf.explain().splitlines() if "WARNING" in line] == [
         "WARNING conversion before tokenize: every partition is copied from the GPU to the host"]
     assert "routing and shard writing run on the host" in text
     r = cli("run", "pipelines/quickstart.yaml", "--set", "backend=cudf", "-o",
@@ -389,6 +392,7 @@ def test_backend_cudf_on_a_local_cuda_cluster_gives_the_pandas_run(tmp_path, pip
     native = [s["stage"] for s in gpu.summary["stages"] if s["backend"] == "cudf"]
     assert native and all(s["seconds"] > 0 for s in gpu.summary["stages"]
                           if s["backend"] == "cudf" and s["docs_in"])
+    assert "tokenize" in native   # every one of these pipelines tokenizes, on the device
     assert _counts(gpu.summary) == _counts(cpu.summary)
     a, b = Path(cpu.output), Path(gpu.output)
     for sub in ("data", "shards"):

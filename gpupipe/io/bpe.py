@@ -97,9 +97,15 @@ def _assigned() -> np.ndarray:
 
 
 def encode_buffers(tables: BpeTables, offsets, data, tokenizer, *, bos: int = -1,
-                   eod: int = -1) -> tuple[np.ndarray, np.ndarray, int]:
+                   eod: int = -1, kernels=None,
+                   texts_of=None) -> tuple[np.ndarray, np.ndarray, int]:
     """Token ids of the strings ``(offsets, data)``: (int32 ids flat, count per document, how
     many documents ``tokenizer``, the `tokenizers.Tokenizer`, encoded).
+
+    ``kernels``: the launchers (`gpupipe.kernels.cpu`, the default, for host buffers;
+    `gpupipe.kernels.gpu` for a cuDF column's device buffers, whose ids then leave the device
+    alone). ``texts_of(rows)``: the strings at positions ``rows`` as Python strings, for the
+    documents normalised on the host; by default decoded from ``data`` (host buffers).
 
     The kernel does not normalise. With an NFC or NFKC normalizer, a document the quick check
     flags (`gpupipe.kernels.normalize.stable_table`) is normalised here by `unicodedata` and
@@ -108,26 +114,25 @@ def encode_buffers(tables: BpeTables, offsets, data, tokenizer, *, bos: int = -1
     and no added token occurs in it before or after normalising (``tokenizers`` matches them
     in the raw text and normalises the text between them on its own). Otherwise
     ``tokenizer`` encodes it whole."""
-    from gpupipe.kernels import bpe as kernel
+    if kernels is None:
+        from gpupipe.kernels import cpu as kernels
 
-    flat, lens = kernel.encode(offsets, data, tables, bos, eod)
+    flat, lens = kernels.bpe_encode(offsets, data, tables, bos, eod)
     if tables.normal_form is None or len(lens) == 0:
         return flat, lens, 0
     import unicodedata
 
-    from gpupipe.kernels.normalize import _needs_normalization_cpu, stable_table
-
-    flags = np.zeros(len(lens), np.bool_)
-    _needs_normalization_cpu(np.asarray(offsets, np.int64), data,
-                             stable_table(tables.normal_form), flags)
-    redo = np.flatnonzero(flags)
+    redo = np.flatnonzero(kernels.needs_normalization(offsets, data, tables.normal_form))
     if len(redo) == 0:
         return flat, lens, 0
+    if texts_of is None:
+        texts = [bytes(data[offsets[d]: offsets[d + 1]]).decode() for d in redo]
+    else:
+        texts = list(texts_of(redo))
     assigned, specials = _assigned(), tables.added_strings()
     ours: list[tuple[int, str]] = []
     theirs: list[tuple[int, str]] = []
-    for d in redo:
-        text = bytes(data[offsets[d]: offsets[d + 1]]).decode()
+    for d, text in zip(redo, texts, strict=True):
         cps = np.frombuffer(text.encode("utf-32-le"), np.uint32)
         if assigned[cps].all() and not any(t in text for t in specials):
             norm = unicodedata.normalize(tables.normal_form, text)
@@ -142,7 +147,7 @@ def encode_buffers(tables: BpeTables, offsets, data, tokenizer, *, bos: int = -1
         from gpupipe.kernels.utf8 import utf8_buffers
 
         o, dat = utf8_buffers(pa.array([t for _, t in ours], pa.large_string()))
-        ids, n = kernel.encode(o, dat, tables, bos, eod)
+        ids, n = kernels.bpe_encode(o, dat, tables, bos, eod)
         for (d, _), part in zip(ours, np.split(ids, np.cumsum(n)[:-1]), strict=True):
             docs[d] = part
     if theirs:

@@ -4,8 +4,8 @@ a CUDA launcher, the limits stage parameters are checked against, and the BPE ke
 and character classes. `gpupipe.kernels.cpu` defines the launchers."""
 
 #: every launcher of `gpupipe.kernels.cpu` (and `gpupipe.kernels.gpu`)
-LAUNCHERS = ("c4_rewrite", "clean_text", "contamination_scan", "count_chars", "count_substrings",
-             "count_tokens", "count_words", "cut_units", "fineweb_features",
+LAUNCHERS = ("bpe_encode", "c4_rewrite", "clean_text", "contamination_scan", "count_chars",
+             "count_substrings", "count_tokens", "count_words", "cut_units", "fineweb_features",
              "gopher_quality_features", "gopher_repetition_features", "langid_identify",
              "langid_needs_prepare", "langid_scores", "minhash", "minhash_ngrams",
              "needs_normalization", "pii_candidates", "span_units", "xxh64_strings")

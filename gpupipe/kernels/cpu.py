@@ -5,6 +5,7 @@ A stage computes with ``kernels_for(df).<name>(...)`` and runs on either target 
 from __future__ import annotations
 
 from gpupipe.kernels import catalog
+from gpupipe.kernels.bpe import encode as bpe_encode
 from gpupipe.kernels.clean import clean_text
 from gpupipe.kernels.contamination import contamination_scan
 from gpupipe.kernels.hashing import minhash_buffers as minhash
@@ -21,7 +22,7 @@ from gpupipe.kernels.utf8 import count_chars, count_substrings, count_words
 from gpupipe.kernels.words import count_tokens
 
 #: every launcher
-__all__ = ["c4_rewrite", "clean_text", "contamination_scan", "count_chars", "count_substrings", "count_tokens",
+__all__ = ["bpe_encode", "c4_rewrite", "clean_text", "contamination_scan", "count_chars", "count_substrings", "count_tokens",
            "count_words", "cut_units", "fineweb_features",
            "gopher_quality_features", "gopher_repetition_features", "langid_identify",
            "langid_needs_prepare",

@@ -247,6 +247,11 @@ def test_stage_engines_give_identical_tokens(tokenizers_by_style, sample_records
     assert a.counters["tokens"] == b.counters["tokens"]
     assert (a.counters["engine_gpupipe_docs"], b.counters["engine_huggingface_docs"]) == (400, 400)
     assert fast.explain_notes()[0].startswith("engine: gpupipe (byte-level BPE, llama3")
+    assert a.frame.index.equals(df.index) and a.frame["text"].tolist() == texts
+    # gpupipe's engine runs on a cuDF partition's device buffers; tokenizers on the host
+    assert Tokenize.backends == ("pandas", "cudf")
+    assert (fast.runs_on("cudf"), slow.runs_on("cudf"), fast.runs_on("pandas")) == (
+        "cudf", "pandas", "pandas")
 
 
 def test_stage_warns_when_it_falls_back(tokenizers_by_style, tmp_path):
@@ -263,6 +268,7 @@ def test_stage_warns_when_it_falls_back(tokenizers_by_style, tmp_path):
     assert any("not gpupipe's engine" in str(w.message) for w in caught)
     with pytest.raises(ValueError, match="engine: gpupipe cannot encode"):
         Tokenize(tokenizer=path, engine="gpupipe").check()
+    assert Tokenize(tokenizer=path).runs_on("cudf") == "pandas"   # declined: on the host
 
 
 def claude_tokenizer() -> str:

@@ -80,6 +80,31 @@ def test_cudf_published_minhash_vectors():
         assert got.tolist() == case["expected"], case["kind"]
 
 
+def test_tokenize_on_the_device_gives_the_ids_of_tokenizers():
+    """The tokenize stage's path on cuDF (`gpupipe.io.bpe.encode_buffers` with the GPU
+    launchers, the texts to normalise fetched by row) on an NFC tokenizer: the ids of the CPU
+    path and of ``tokenizers``, with the same documents handed to ``tokenizers``."""
+    from gpupipe.io.bpe import encode_buffers
+    from gpupipe.kernels import bpe_tables, cpu, gpu
+    from gpupipe.kernels.utf8 import utf8_buffers
+
+    texts = ["Le cafe\u0301 au lait, déjà vu.", "x<|im_start|>e\u0301 special", "plain text\n",
+             "", "東京は日本の首都です 😀", "A\u030a\u0301 12345 don't", "ｆｕｌｌ width"]
+    tok = bpe_tables.train_bpe(texts * 3, vocab_size=400, min_frequency=1,
+                               special_tokens=["<|endoftext|>", "<|im_start|>"], style="qwen2")
+    tables = bpe_tables.build_tables(json.loads(tok.to_str()))
+    assert tables.normal_form == "NFC"
+    arr = pa.array(["pad", *texts, "tail"], pa.large_string()).slice(1, len(texts))
+    off, data = utf8_buffers(arr)
+    host = encode_buffers(tables, off, data, tok, eod=0, kernels=cpu)
+    dev = encode_buffers(tables, off, data, tok, eod=0, kernels=gpu,
+                         texts_of=lambda rows: arr.take(pa.array(rows)).to_pylist())
+    assert dev[0].tolist() == host[0].tolist() and dev[1].tolist() == host[1].tolist()
+    assert dev[2] == host[2] == 1   # the NFC text with an added token
+    want = [e.ids + [0] for e in tok.encode_batch(texts, add_special_tokens=False)]
+    assert [p.tolist() for p in np.split(dev[0], np.cumsum(dev[1])[:-1])] == want
+
+
 def test_the_simulated_side_runs_the_python_source(monkeypatch):
     """The comparison can fail: a change to a routine's source shows up on the GPU side only."""
     from gpupipe.kernels import words

@@ -63,7 +63,7 @@ def test_catalog_names_the_cpu_launchers():
     """The stages validate kernel names against the catalog, without importing numba."""
     from gpupipe.kernels import catalog
 
-    assert set(catalog.LAUNCHERS) == set(cpu.__all__) and len(catalog.LAUNCHERS) == 20
+    assert set(catalog.LAUNCHERS) == set(cpu.__all__) and len(catalog.LAUNCHERS) == 21
     assert all(callable(getattr(cpu, name)) for name in catalog.LAUNCHERS)
 
 

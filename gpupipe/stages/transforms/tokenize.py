@@ -32,10 +32,15 @@ class Tokenize(Transform):
     read; any other configuration, or a difference, falls back to ``tokenizers`` with a
     warning. ``gpupipe`` stops the run instead of falling back; ``huggingface`` always uses
     ``tokenizers``. ``explain`` and run.json (counters ``engine_gpupipe_docs``,
-    ``engine_huggingface_docs``) say which encoded what.
+    ``engine_huggingface_docs``) say which encoded what. On ``backend: cudf`` gpupipe's engine
+    encodes on the GPU (the same routine, compiled for CUDA) and only the ids leave the
+    device; ``tokenizers`` runs on the host.
     """
 
     is_sink: ClassVar[bool] = True
+    kernels: ClassVar[tuple[str, ...]] = ("bpe_encode", "needs_normalization")
+    host_steps: ClassVar[str] = ("NFC / NFKC of the documents that need it, and the documents "
+                                 "handed to tokenizers, on the host")
 
     tokenizer: str = Field(description="path of a tokenizers JSON file (tokenizer.json)")
     eod_token: str | None = None
@@ -74,6 +79,12 @@ class Tokenize(Transform):
                           f"{engine.reason}", stacklevel=2)
         return f"engine {engine.describe()}"
 
+    def runs_on(self, backend: str) -> str:
+        # gpupipe's engine runs on either backend; tokenizers only on the host
+        if self.chosen_engine().name != "gpupipe":
+            return "pandas"
+        return super().runs_on(backend)
+
     def explain_notes(self) -> list[str]:
         return [f"engine: {self.chosen_engine().describe()}"]
 
@@ -81,7 +92,7 @@ class Tokenize(Transform):
         return {TOKENS: pd.ArrowDtype(TOKENS_TYPE)}
 
     def transform(self, df):
-        from gpupipe.backends.dispatch import text_buffers
+        from gpupipe.backends import dispatch
         from gpupipe.io.bpe import encode_buffers
         from gpupipe.io.tokenizer import load_tokenizer
 
@@ -94,9 +105,12 @@ class Tokenize(Transform):
         eod = info.eod_id if self.append_eod else -1
         engine = self.chosen_engine()
         if engine.name == "gpupipe":
-            offsets, data = text_buffers(df[TEXT])
-            flat, lengths, by_hf = encode_buffers(engine.tables, offsets, data, tok, bos=bos,
-                                                  eod=eod)
+            # on cuDF the kernel reads the column on the device; only the ids come back
+            offsets, data = dispatch.text_buffers(df[TEXT])
+            flat, lengths, by_hf = encode_buffers(
+                engine.tables, offsets, data, tok, bos=bos, eod=eod,
+                kernels=dispatch.kernels_for(df),
+                texts_of=lambda rows: dispatch.take_text(df[TEXT], rows).to_pylist())
         else:
             flat, lengths = self._encode_hf(tok, df[TEXT].tolist(), bos, eod)
             by_hf = len(lengths)
@@ -106,8 +120,8 @@ class Tokenize(Transform):
         offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
         arr = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
-        out = df.assign(**{TOKENS: pd.Series(pd.arrays.ArrowExtensionArray(arr),
-                                             index=df.index)})
+        tokens = pd.DataFrame({TOKENS: pd.arrays.ArrowExtensionArray(arr)})
+        out = df.assign(**{TOKENS: dispatch.like(df, tokens)[TOKENS]})
         if not self.keep_text:
             out = out.assign(**{TEXT: ""})
         return StageResult(out, counters={"tokens": int(lengths.sum()),
