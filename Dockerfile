@@ -26,7 +26,9 @@ WORKDIR /opt/gpupipe
 # not the [gpu] extra: the image's conda environment already has RAPIDS, and pip wheels of the
 # same libraries would shadow it
 # the CPU kernels compiled at build time into a cache any user of the image can read (numba
-# needs to be able to write beside it: a user other than `rapids` adds what the image lacks)
+# needs to be able to write beside it: a user other than `rapids` adds what the image lacks).
+# The CUDA kernels need the GPU to compile (a build sees none): `gpupipe warmup --cuda` once
+# when the container starts, with NUMBA_CACHE_DIR on a volume, does them
 ENV NUMBA_CACHE_DIR=/opt/gpupipe/numba-cache
 RUN pip install --no-cache-dir . \
  && gpupipe --version \

@@ -9,7 +9,10 @@ kernel (`gpupipe.kernels.checks.CHECKS`): mismatching documents (must be 0), doc
 the CPU launcher on one thread and of the GPU launcher (host arrays in, numpy out: transfers
 included), best of ``--repeat``, and the ratio. Also the two figures the kernels issue targets:
 the Gopher pair (gopher_repetition + gopher_quality) in GB/s and MinHash (the nemo preset's 260
-char-24 hashes) in docs/s.
+char-24 hashes) in docs/s. And the tokenize stage's device path: ``data/tokenizer.json`` (or
+``--tokenizer``) through `gpupipe.io.bpe.encode_buffers` with the GPU launchers, MB/s against HF
+``encode_batch_fast`` on one thread (RAYON_NUM_THREADS=1) and the documents whose ids differ
+from HF's (must be 0).
 
 Needs a GPU with numba-cuda (``pip install 'gpupipe[kernels-cu12]'``); with
 ``NUMBA_ENABLE_CUDASIM=1`` it runs in the simulator (slow: use ``--scale 1 --sample 8``), which
@@ -28,10 +31,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("RAYON_NUM_THREADS", "1")  # HF tokenizers on one thread (before import)
 sys.path.insert(0, str(REPO))
 from bench_common import best_of  # noqa: E402  (next to this script)
 
@@ -44,6 +49,7 @@ def main() -> int:
     ap.add_argument("--max-doc-bytes", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--kernel", action="append")
+    ap.add_argument("--tokenizer", default=str(REPO / "data" / "tokenizer.json"))
     ap.add_argument("--pipeline", help="benchmark a whole pipeline file on both backends")
     ap.add_argument("--workers", type=int, default=None, help="CPU workers of the pandas run")
     args = ap.parse_args()
@@ -107,8 +113,41 @@ def main() -> int:
     report["minhash_nemo_preset"] = {"gpu_docs_per_s": round(n / t_gpu),
                                      "cpu_one_thread_docs_per_s": round(n / t_cpu),
                                      "target_gpu_docs_per_s": 1_000_000}
+    report["tokenize"] = bench_tokenize(args.tokenizer, texts, args.repeat)
     print(json.dumps(report, indent=2))
-    return 0 if all(k["mismatches"] == 0 for k in report["kernels"].values()) else 1
+    return 0 if (all(k["mismatches"] == 0 for k in report["kernels"].values())
+                 and report["tokenize"]["docs_with_other_ids"] == 0) else 1
+
+
+def bench_tokenize(path: str, texts, repeat: int) -> dict:
+    """The tokenize stage's device path against HF on one thread, same documents."""
+    import numpy as np
+
+    from gpupipe.io.bpe import choose_engine, encode_buffers
+    from gpupipe.io.tokenizer import load_tokenizer
+    from gpupipe.kernels import gpu
+    from gpupipe.kernels.utf8 import utf8_buffers
+
+    engine, tok = choose_engine(path, "gpupipe"), load_tokenizer(path)
+    off, data = utf8_buffers(texts)
+    d_off, d_data = gpu.to_device(off), gpu.to_device(data)   # where a cuDF column's are
+    strings = texts.to_pylist()
+
+    def on_gpu():
+        return encode_buffers(engine.tables, d_off, d_data, tok, kernels=gpu,
+                              texts_of=lambda rows: texts.take(rows).to_pylist())
+
+    flat, lens, _ = on_gpu()
+    ours = np.split(flat, np.cumsum(lens)[:-1])
+    theirs = [e.ids for e in tok.encode_batch_fast(strings, add_special_tokens=False)]
+    other = sum(a.tolist() != b for a, b in zip(ours, theirs, strict=True))
+    t_gpu = best_of(on_gpu, repeat, warm=True)
+    t_hf = best_of(lambda: tok.encode_batch_fast(strings, add_special_tokens=False), repeat)
+    mb = len(data) / 1e6
+    return {"tokenizer": path, "engine": engine.describe(), "docs_with_other_ids": other,
+            "tokens": int(lens.sum()), "gpu_mb_per_s": round(mb / t_gpu, 1),
+            "hf_one_thread_mb_per_s": round(mb / t_hf, 1), "ratio": round(t_hf / t_gpu, 1),
+            "target_gpu_mb_per_s": 500}
 
 
 def _corpus(path: str, scale: int, out: Path) -> tuple[str, float]:

@@ -305,8 +305,12 @@ KERNELS_INSTALL = ("pip install 'gpupipe[kernels-cu12]' (numba-cuda and CuPy for
 
 def cmd_warmup(args) -> int:
     """Compile the CPU kernels into numba's cache, so that no run on this machine (or image)
-    compiles: for container builds and new nodes."""
+    compiles: for container builds and new nodes. ``--cuda``: the CUDA kernels too, for this
+    machine's GPU."""
     import numba
+
+    if args.cuda:
+        _warmup_cuda_check()
 
     from gpupipe.kernels.warm import all_kernels, kernels_for, warm
 
@@ -333,7 +337,37 @@ def cmd_warmup(args) -> int:
         print(f"  {name:<24} {s:7.2f} s", flush=True)
     print(f"ok: {len(names)} kernels in {time.perf_counter() - t0:.1f} s "
           f"(a second warmup loads them from the cache)")
+    if args.cuda:
+        from gpupipe.kernels import gpu
+
+        device = gpu.usable()[1]
+        print(f"compiling {len(gpu.KERNELS)} CUDA kernels for {device}", flush=True)
+        t0 = time.perf_counter()
+        done = gpu.warm(lambda r: print(
+            f"  {r['cuda_kernel']:<32} {r['seconds']:7.2f} s"
+            f"{'  (cache)' if r['from_cache'] else ''}", flush=True))
+        print(f"ok: {len(done)} CUDA kernels in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def _warmup_cuda_check() -> None:
+    """``warmup --cuda`` stops before compiling anything where no GPU can run the kernels: CUDA
+    machine code is compiled for the device's compute capability."""
+    try:
+        from gpupipe.kernels import gpu
+    except ImportError as e:
+        raise SpecError(f"warmup --cuda: numba-cuda is not installed ({e}); "
+                        f"{KERNELS_INSTALL}") from None
+    from gpupipe.kernels.target import SIMULATOR
+
+    ok, why = gpu.usable()
+    if SIMULATOR or not ok:
+        why = "the CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1)" if SIMULATOR else why
+        raise SpecError(f"warmup --cuda: no usable GPU ({why}). CUDA kernels are compiled "
+                        f"for the GPU that runs them: run it on the GPU node (in a container, "
+                        f"once at start, with NUMBA_CACHE_DIR on a volume the runs share). "
+                        f"'gpupipe check-gpu --compile-only' checks that they compile without "
+                        f"a GPU")
 
 
 def _stage_kernels() -> dict:
@@ -513,6 +547,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("warmup", help="compile every CPU kernel into numba's cache (image "
                        "builds, new nodes): no run on this machine compiles afterwards")
     p.add_argument("--stages", help="only the kernels of these stages (comma-separated)")
+    p.add_argument("--cuda", action="store_true",
+                   help="also compile every CUDA kernel for this machine's GPU (numba-cuda's "
+                        "disk cache; needs the GPU)")
     p.set_defaults(func=cmd_warmup)
 
     p = sub.add_parser("report", help="(re)build <run>/report.html from a run directory")

@@ -72,6 +72,9 @@ def test_bench_gpu_runs_in_the_simulator():
         "langid_prepare_check": 0, "pii_prefilter": 0, "decontamination": 0,
         "span_units": 0, "span_cut": 0, "bpe": 0}
     assert report["gopher_pair"]["target_gpu_gb_per_s"] == 1.0
+    tok = report["tokenize"]   # the stage's device path on the 4 documents, against HF
+    assert tok["docs_with_other_ids"] == 0 and tok["tokens"] == 97   # HF: 97 ids
+    assert tok["engine"].startswith("gpupipe (byte-level BPE, gpt2 pre-tokenizer")
 
 
 def test_bench_gpu_pipeline_mode_runs_the_pandas_half_here():

@@ -101,15 +101,75 @@ KERNELS: list[tuple] = []
 
 
 def kernel(*signatures: tuple):
-    """``cuda.jit`` a kernel, and record the argument types it is launched with (one tuple per
-    variant; `OFF` is compiled for int64 and int32 offsets)."""
+    """``cuda.jit`` a kernel with numba-cuda's disk cache (`_SourceKeyedCache`), and record the
+    argument types it is launched with (one tuple per variant; `OFF` is compiled for int64 and
+    int32 offsets)."""
 
     def wrap(fn):
         jitted = cuda.jit(fn)
+        if not SIMULATOR:
+            jitted._cache = _SourceKeyedCache(jitted.py_func)   # what cache=True would set
         KERNELS.append((jitted, signatures))
         return jitted
 
     return wrap
+
+
+@functools.cache
+def sources_digest(directory: str | None = None) -> str:
+    """sha256 of every module of `gpupipe.kernels` (or of ``directory``): the kernels of this
+    module call routines from all of them, and numba's cache only looks at the file of the
+    function it compiles."""
+    import hashlib
+    from pathlib import Path
+
+    h = hashlib.sha256()
+    for f in sorted(Path(directory or Path(__file__).parent).glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+if not SIMULATOR:
+    from numba.cuda.dispatcher import CUDACache
+
+    class _SourceKeyedCache(CUDACache):
+        """numba-cuda's kernel cache (machine code per signature and compute capability, in
+        ``NUMBA_CACHE_DIR``, the package's ``__pycache__`` or numba's per-user directory), with
+        an entry also keyed by `sources_digest`: an edit to a routine in another module of the
+        package recompiles, where numba alone would load the stale kernel."""
+
+        def _index_key(self, sig, codegen):
+            return (*super()._index_key(sig, codegen), ("gpupipe.kernels", sources_digest()))
+
+
+def warm(progress=None) -> list[dict]:
+    """Compile every kernel of `KERNELS`, each declared variant, for the current GPU into the
+    disk cache (or load it from there): what ``gpupipe warmup --cuda`` runs on a GPU node or
+    in an image build, so no run compiles. One record per kernel: ``{cuda_kernel, variants,
+    seconds, from_cache}``; ``progress(record)`` is called after each. Raises RuntimeError
+    where no GPU is usable (or under the simulator, which compiles nothing)."""
+    import time
+
+    if SIMULATOR:
+        raise RuntimeError("the CUDA simulator (NUMBA_ENABLE_CUDASIM=1) compiles nothing to "
+                           "cache; unset it on a GPU machine")
+    ok, device = usable()
+    if not ok:
+        raise RuntimeError(f"no usable GPU: {device}")
+    out = []
+    for jitted, signatures in KERNELS:
+        sigs = [s for declared in signatures for s in _expand(declared)]
+        hits = sum(jitted.stats.cache_hits.values())
+        t0 = time.perf_counter()
+        for sig in sigs:
+            jitted.compile(sig)
+        record = {"cuda_kernel": jitted.py_func.__name__, "variants": len(sigs),
+                  "seconds": round(time.perf_counter() - t0, 3),
+                  "from_cache": sum(jitted.stats.cache_hits.values()) - hits == len(sigs)}
+        out.append(record)
+        if progress is not None:
+            progress(record)
+    return out
 
 
 def _expand(signature: tuple) -> list[tuple]:
@@ -206,8 +266,8 @@ def _is_device(x) -> bool:
 
 def to_device(x):
     """A device array of ``x`` (zero-copy for a device array; a copy of host memory)."""
-    if _is_device(x):
-        return cuda.as_cuda_array(x)
+    if _is_device(x):   # the simulator's device arrays are its own (no as_cuda_array there)
+        return x if SIMULATOR else cuda.as_cuda_array(x)
     x = np.ascontiguousarray(x)
     if x.size == 0 and x.ndim == 1:  # no zero-byte device allocation: a view of one element
         return cuda.to_device(np.zeros(1, x.dtype))[:0]

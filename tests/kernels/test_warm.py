@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import gpupipe as gp
 from gpupipe.kernels.checks import CHECKS
 from gpupipe.kernels.warm import COST, STAGE_KERNELS, kernels_for, plan
@@ -66,3 +68,42 @@ def test_warmup_fills_the_cache_and_refuses_unknown_stages(tmp_path):
     r = subprocess.run([BIN, "warmup", "--stages", "length_filter,gopher_qualty"], env=env,
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "unknown stage(s) gopher_qualty" in r.stderr
+
+
+def test_warmup_cuda_without_a_gpu_is_a_clear_error_before_compiling():
+    pytest.importorskip("numba_cuda")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    proc = subprocess.run([sys.executable, "-m", "gpupipe.cli", "warmup", "--cuda"], env=env,
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: warmup --cuda: no usable GPU (no CUDA driver")
+    assert "run it on the GPU node" in proc.stderr and "--compile-only" in proc.stderr
+
+
+def test_cuda_kernels_cache_on_disk_keyed_by_every_kernel_source(tmp_path):
+    """Each CUDA kernel caches its machine code (numba-cuda's disk cache), and an entry's key
+    holds a digest of all of gpupipe.kernels: an edit to a routine in another module (bpe.py
+    for `_bpe_kernel`) misses the cache instead of loading a stale kernel."""
+    pytest.importorskip("numba_cuda")
+    import shutil
+
+    from gpupipe.kernels import gpu
+
+    assert len(gpu.KERNELS) == 20
+    assert all(type(k._cache).__name__ == "_SourceKeyedCache" for k, _ in gpu.KERNELS)
+
+    class Codegen:   # what a GPU's code generator tells the key: target and compute capability
+        def magic_tuple(self):
+            return ("nvptx64-nvidia-cuda", (9, 0), "")
+
+    sig = gpu._expand(gpu.KERNELS[0][1][0])[0]
+    key = gpu._bpe_kernel._cache._index_key(tuple(sig), Codegen())
+    assert key[-1] == ("gpupipe.kernels", gpu.sources_digest())
+    same, edited = tmp_path / "same", tmp_path / "edited"
+    for copy in (same, edited):
+        shutil.copytree(REPO / "gpupipe" / "kernels", copy,
+                        ignore=shutil.ignore_patterns("__py*"))
+    with open(edited / "bpe.py", "a") as f:
+        f.write("\n# an edit\n")
+    assert gpu.sources_digest(str(same)) == gpu.sources_digest()
+    assert gpu.sources_digest(str(edited)) != gpu.sources_digest()
