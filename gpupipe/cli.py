@@ -268,7 +268,7 @@ def cmd_inspect(args) -> int:
 def cmd_slurm(args) -> int:
     import os
 
-    from gpupipe.slurm import SlurmOptions, render
+    from gpupipe.slurm import SlurmOptions, python_for, render
 
     pipeline = _load(args)  # a broken pipeline is reported now, not after the job starts
     opts = SlurmOptions(
@@ -277,7 +277,8 @@ def cmd_slurm(args) -> int:
         partition=args.partition, time=args.time, account=args.account, job_name=args.job_name,
         container_image=args.container_image, container_mounts=args.container_mounts,
         protocol=args.protocol, interface=args.interface, rmm_pool_size=args.rmm_pool_size,
-        workdir=args.workdir, overrides=tuple(args.set or ()), gpupipe=args.gpupipe)
+        workdir=args.workdir, overrides=tuple(args.set or ()),
+        python=python_for(args.python, args.gpupipe, bool(args.container_image)))
     script = render(opts, pipeline.name)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
@@ -514,7 +515,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rmm-pool-size", help="GPU workers: RMM pool per GPU, e.g. 70GB or 0.9")
     p.add_argument("--workdir", help="shared directory for the scheduler file "
                    "(default: ./.gpupipe-slurm/$SLURM_JOB_ID)")
-    p.add_argument("--gpupipe", default="gpupipe", help="the gpupipe command on the nodes")
+    p.add_argument("--python", help="the Python on the nodes whose environment has gpupipe: "
+                   "every step runs with it, dask too (default: the interpreter of --gpupipe, "
+                   "else this one; python3 in a container)")
+    p.add_argument("--gpupipe", help="the gpupipe console script on the nodes: its environment "
+                   "runs every step (instead of --python)")
     p.add_argument("-o", "--output", help="write the script here (default: print it)")
     p.set_defaults(func=cmd_slurm)
 

@@ -5,6 +5,11 @@ The script starts ``dask scheduler --scheduler-file`` on the first node, one ``d
 ``gpupipe run PIPELINE --scheduler-file ...`` as the driver, then stops the workers and then the
 scheduler, and exits with the driver's exit code. The scheduler file lives in a directory every node
 can read (``--workdir``, shared storage). Every ``srun`` option is written ``--name=value``.
+
+Every step runs with one Python (``python -m dask ...``, ``python -m gpupipe.cli ...``): the one
+given by ``--python``, else the interpreter of the ``--gpupipe`` console script named, else the one
+running ``gpupipe slurm``. The scheduler and workers then come from gpupipe's own environment,
+whatever ``PATH`` the job inherits, and the script checks that Python before the first ``srun``.
 """
 
 from __future__ import annotations
@@ -12,13 +17,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import shutil
+import sys
 
 from gpupipe.errors import SpecError
 
-#: Seconds the job's end gives the workers (their nannies close with a 10 s timeout) and then
-#: the scheduler to stop after SIGTERM, before SIGKILL.
+#: Seconds the job's end waits for the workers' step (their nannies close with a 10 s timeout)
+#: and then the scheduler's to end after the scheduler was told to shut down; then SIGTERM,
+#: and SIGKILL 5 s later.
 WORKER_STOP_S = 30
 SCHEDULER_STOP_S = 10
+#: Seconds the shutdown waits for workers still connecting, so that it closes them too
+SHUTDOWN_WAIT_S = 15
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +52,8 @@ class SlurmOptions:
     workdir: str | None = None
     overrides: tuple[str, ...] = ()
     worker_timeout: int = 600
-    gpupipe: str = "gpupipe"
+    #: the Python every step runs (`python_for`); in a container, the image's ``python3``
+    python: str = "python3"
 
     def __post_init__(self):
         if self.nodes < 1:
@@ -54,6 +66,31 @@ class SlurmOptions:
             raise SpecError("--protocol ucx is for GPU workers; drop --cpu or use tcp")
         if self.cpu and self.rmm_pool_size:
             raise SpecError("--rmm-pool-size is for GPU workers; drop --cpu")
+
+
+def python_for(python: str | None = None, gpupipe: str | None = None,
+               container: bool = False) -> str:
+    """The Python the job's steps run: ``python``; else the interpreter of the ``gpupipe``
+    console script (its ``#!`` line); else ``python3`` in a container, or this process's
+    interpreter (the environment ``gpupipe slurm`` runs from)."""
+    if python:
+        return python
+    if gpupipe:
+        path = shutil.which(gpupipe) or gpupipe
+        try:
+            with open(path, "rb") as f:
+                first = f.readline(4096).decode("utf-8", "replace")
+        except OSError as e:
+            raise SpecError(f"--gpupipe {gpupipe!r}: {e.strerror or e}; give the gpupipe "
+                            f"installed on the nodes, or --python") from None
+        words = first[2:].split() if first.startswith("#!") else []
+        if words and os.path.basename(words[0]) == "env":
+            words = [w for w in words[1:] if not w.startswith("-")]
+        if not words:
+            raise SpecError(f"--gpupipe {path!r} is not a console script with a #! line; "
+                            f"give --python (the Python of gpupipe's environment)")
+        return words[0]
+    return "python3" if container else sys.executable
 
 
 def _q(value: str) -> str:
@@ -86,21 +123,23 @@ def render(opts: SlurmOptions, name: str) -> str:
         srun.append('--container-workdir="$PWD"')
     net = [f"--protocol={opts.protocol}"] + ([f"--interface={opts.interface}"]
                                             if opts.interface else [])
+    dask = ['"$PYTHON"', "-m", "dask"]
     if opts.cpu:
-        worker = ["dask", "worker", '--scheduler-file="$SCHEDULER_FILE"',
+        worker = [*dask, "worker", '--scheduler-file="$SCHEDULER_FILE"',
                   f"--nworkers={per_node}", "--nthreads=1", "--memory-limit=auto",
                   *([f"--interface={opts.interface}"] if opts.interface else [])]
         worker_res = [f"--cpus-per-task={opts.cpus_per_node}"] if opts.cpus_per_node else []
     else:
-        worker = ["dask", "cuda", "worker", '--scheduler-file="$SCHEDULER_FILE"', *net[1:],
+        worker = [*dask, "cuda", "worker", '--scheduler-file="$SCHEDULER_FILE"', *net[1:],
                   "--enable-cudf-spill",
                   *([f"--rmm-pool-size={opts.rmm_pool_size}"] if opts.rmm_pool_size else [])]
         worker_res = [f"--gpus-per-node={opts.gpus_per_node}"]
-    driver = [opts.gpupipe, "run", _q(os.path.abspath(opts.pipeline)),
+    driver = ['"$PYTHON"', "-m", "gpupipe.cli", "run", _q(os.path.abspath(opts.pipeline)),
               '--scheduler-file="$SCHEDULER_FILE"', '--min-workers="$EXPECTED_WORKERS"',
               f"--timeout={opts.worker_timeout}", "--no-progress",
               *(f"--set={_q(o)}" for o in opts.overrides)]
     in_container = bool(opts.container_image)
+    needs = ("gpupipe", "distributed") if opts.cpu else ("gpupipe", "distributed", "dask_cuda")
     workdir = opts.workdir or "$PWD/.gpupipe-slurm/$SLURM_JOB_ID"
     kind = "dask worker (CPU)" if opts.cpu else "dask cuda worker (one process per GPU)"
 
@@ -121,25 +160,41 @@ def render(opts: SlurmOptions, name: str) -> str:
         'mkdir -p "$WORKDIR"',
         'rm -f "$SCHEDULER_FILE"',
         "",
+        "# every step runs this Python: gpupipe, dask and the workers from its environment,",
+        "# whatever PATH the job inherits",
+        f"PYTHON={_q(opts.python)}",
+        *([] if in_container else _python_check(needs)),
+        "",
         "SCHEDULER_PID=",
         "WORKERS_PID=",
-        "# stop PID SECONDS: SIGTERM, then SIGKILL if it is still there after SECONDS",
-        "stop() {",
+        "# finish PID SECONDS: wait up to SECONDS for PID to end; then SIGTERM, SIGKILL 5 s later",
+        "finish() {",
         '  [[ -n "$1" ]] || return 0',
-        '  kill "$1" 2>/dev/null || return 0',
         '  for _ in $(seq 1 $(( $2 * 10 ))); do',
         '    kill -0 "$1" 2>/dev/null || break',
         "    sleep 0.1",
         "  done",
-        '  kill -KILL "$1" 2>/dev/null || true',
+        '  if kill -0 "$1" 2>/dev/null; then',
+        '    kill "$1" 2>/dev/null || true',
+        "    for _ in $(seq 1 50); do",
+        '      kill -0 "$1" 2>/dev/null || break',
+        "      sleep 0.1",
+        "    done",
+        '    kill -KILL "$1" 2>/dev/null || true',
+        "  fi",
         '  wait "$1" 2>/dev/null || true',
         "}",
-        "# workers first, while the scheduler still answers them: a worker told to stop while it",
-        "# is still connecting waits for a scheduler that is already gone",
+        "# the scheduler closes the workers (those still connecting too, once they are in) and",
+        "# then itself, so every step ends by itself; what does not end in time is stopped,",
+        "# the workers first while the scheduler still answers them",
         "cleanup() {",
         "  trap - EXIT INT TERM",
-        f'  stop "$WORKERS_PID" {WORKER_STOP_S}',
-        f'  stop "$SCHEDULER_PID" {SCHEDULER_STOP_S}',
+        '  if [[ -s "$SCHEDULER_FILE" ]]; then',
+        f'    timeout {SHUTDOWN_WAIT_S + 20} "$PYTHON" -m gpupipe.slurm shutdown '
+        f'"$SCHEDULER_FILE" "$EXPECTED_WORKERS" {SHUTDOWN_WAIT_S} || true',
+        "  fi",
+        f'  finish "$WORKERS_PID" {WORKER_STOP_S}',
+        f'  finish "$SCHEDULER_PID" {SCHEDULER_STOP_S}',
         '  rm -f "$SCHEDULER_FILE"',
         "}",
         "trap cleanup EXIT",
@@ -147,7 +202,7 @@ def render(opts: SlurmOptions, name: str) -> str:
         "",
         f'echo "gpupipe: job $SLURM_JOB_ID, {opts.nodes} node(s), scheduler on $HEAD_NODE, '
         f'$EXPECTED_WORKERS worker(s) expected"',
-        " ".join(srun + ["--nodes=1", "--ntasks=1", '--nodelist="$HEAD_NODE"', "dask",
+        " ".join(srun + ["--nodes=1", "--ntasks=1", '--nodelist="$HEAD_NODE"', *dask,
                          "scheduler", '--scheduler-file="$SCHEDULER_FILE"', *net]) + " &",
         "SCHEDULER_PID=$!",
         "for _ in $(seq 1 120); do",
@@ -174,3 +229,43 @@ def render(opts: SlurmOptions, name: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _python_check(modules: tuple[str, ...]) -> list[str]:
+    """Script lines that stop the job, before any srun, when ``$PYTHON`` is not there or cannot
+    import ``modules``."""
+    names = ", ".join(modules)
+    return [
+        f'if ! "$PYTHON" -c {_q("import " + names)} 2>/dev/null; then',
+        f'  echo "gpupipe: $PYTHON cannot import {names} on $(hostname): give gpupipe slurm '
+        f'--python (or --gpupipe) naming the environment where gpupipe is installed, on '
+        f'every node" >&2',
+        "  exit 2",
+        "fi",
+    ]
+
+
+def shutdown(scheduler_file: str, expected: int, wait_s: float) -> None:
+    """The job's end (``python -m gpupipe.slurm shutdown FILE N SECONDS``): the scheduler
+    closes every worker and its nanny, then itself, so each srun step ends with exit 0
+    instead of being killed. Workers still connecting (the driver can fail before they are
+    all in) are waited for up to ``wait_s`` first, so that they are closed too."""
+    from distributed import Client
+
+    client = Client(scheduler_file=scheduler_file, timeout="10s")
+    try:
+        client.wait_for_workers(expected, timeout=wait_s)
+    except TimeoutError:
+        pass   # the script stops what does not end by itself
+    # each nanny first, while the scheduler answers: it stops its worker through its own stop
+    # queue, and the `dask worker` process ends. (A worker closed by the scheduler instead
+    # leaves its nanny to log "Worker process died unexpectedly" with a traceback.)
+    client.sync(client.scheduler.broadcast, msg={"op": "terminate"}, nanny=True,
+                on_error="ignore")
+    client.shutdown()   # the scheduler, and this client
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["shutdown"] or len(sys.argv) != 5:
+        sys.exit("usage: python -m gpupipe.slurm shutdown SCHEDULER_FILE WORKERS SECONDS")
+    shutdown(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))

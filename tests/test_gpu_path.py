@@ -20,7 +20,7 @@ from gpupipe.errors import SpecError
 from gpupipe.runner.cluster import connect, cuda_cluster_kwargs
 from gpupipe.runner.plan import stage_backends
 from gpupipe.runner.sources import effective_blocksize
-from gpupipe.slurm import SlurmOptions, render
+from gpupipe.slurm import SlurmOptions, python_for, render
 from gpupipe.spec import LocalClusterSpec
 from gpupipe.stages import GopherQuality, LengthFilter
 
@@ -219,9 +219,12 @@ def test_slurm_gpu_script_content():
                  "EXPECTED_WORKERS=$(( SLURM_JOB_NUM_NODES * 8 ))", "trap cleanup EXIT",
                  'exit "$status"'):
         assert line in s, line
-    assert "dask scheduler --scheduler-file=\"$SCHEDULER_FILE\" --protocol=ucx --interface=ib0" in s
-    assert "dask cuda worker --scheduler-file=\"$SCHEDULER_FILE\" --interface=ib0 " \
-           "--enable-cudf-spill --rmm-pool-size=0.9 &" in s
+    assert ('"$PYTHON" -m dask scheduler --scheduler-file="$SCHEDULER_FILE" --protocol=ucx '
+            '--interface=ib0') in s
+    assert ('"$PYTHON" -m dask cuda worker --scheduler-file="$SCHEDULER_FILE" --interface=ib0 '
+            '--enable-cudf-spill --rmm-pool-size=0.9 &') in s
+    # in the container, its own python3; checked there, not on the batch host
+    assert "\nPYTHON=python3\n" in s and "cannot import" not in s
     assert s.count("--container-image=nvcr.io/nvidia/rapidsai/base:26.10-cuda12-py3.11") == 3
     driver = [ln for ln in s.splitlines() if " run " in ln and not ln.startswith("#")][0]
     assert f"run {os.path.abspath('pipelines/quickstart.yaml')} --scheduler-file=" in driver
@@ -236,11 +239,38 @@ def test_slurm_cpu_script_and_option_errors():
     assert "dask worker --scheduler-file=\"$SCHEDULER_FILE\" --nworkers=32 --nthreads=1" in s
     assert "EXPECTED_WORKERS=$(( SLURM_JOB_NUM_NODES * 32 ))" in s
     lines = [ln for ln in s.splitlines() if " run " in ln and not ln.startswith("#")]
-    assert lines[0].startswith("gpupipe run ")  # no container: the batch step is the driver
+    # no container: the batch step is the driver, with the environment's own Python
+    assert lines[0].startswith('"$PYTHON" -m gpupipe.cli run ')
+    assert "\nPYTHON=python3\n" in s   # SlurmOptions' default; the CLI resolves it
+    assert "if ! \"$PYTHON\" -c 'import gpupipe, distributed' 2>/dev/null; then" in s
     with pytest.raises(SpecError, match="ucx is for GPU workers"):
         SlurmOptions(pipeline="p.yaml", cpu=True, protocol="ucx")
     with pytest.raises(SpecError, match="--nodes"):
         SlurmOptions(pipeline="p.yaml", nodes=0)
+
+
+def test_slurm_steps_run_the_python_of_gpupipes_environment(tmp_path):
+    """The scheduler, workers and driver come from the environment of the gpupipe named (its
+    console script's #! line), or --python, or the Python running `gpupipe slurm`."""
+    env_bin = tmp_path / "env" / "bin"
+    env_bin.mkdir(parents=True)
+    script = env_bin / "gpupipe"
+    script.write_text(f"#!{env_bin / 'python'}\nimport sys\n")
+    assert python_for(gpupipe=str(script)) == str(env_bin / "python")
+    script.write_text("#!/usr/bin/env -S python3.11 -u\n")
+    assert python_for(gpupipe=str(script)) == "python3.11"
+    assert python_for(python="/opt/py/bin/python", gpupipe=str(script)) == "/opt/py/bin/python"
+    assert python_for() == sys.executable and python_for(container=True) == "python3"
+    (tmp_path / "plain").write_text("echo hi\n")
+    with pytest.raises(SpecError, match="not a console script with a #! line; give --python"):
+        python_for(gpupipe=str(tmp_path / "plain"))
+    with pytest.raises(SpecError, match="--gpupipe '/no/such/gpupipe': No such file"):
+        python_for(gpupipe="/no/such/gpupipe")
+    out = tmp_path / "job.sbatch"
+    r = cli("slurm", "pipelines/quickstart.yaml", "--cpu", "--gpupipe",
+            os.path.join(BIN, "gpupipe"), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"\nPYTHON={os.path.join(BIN, 'python')}\n" in out.read_text()
 
 
 def test_slurm_cli_validates_the_pipeline_and_writes_an_executable(tmp_path):
@@ -272,7 +302,10 @@ def _slurm_env(tmp_path: Path) -> dict:
     for name, body in (("srun", SRUN), ("scontrol", SCONTROL)):
         (shims / name).write_text(body)
         (shims / name).chmod(0o755)
-    return {**os.environ, "PATH": f"{shims}:{BIN}:{os.environ['PATH']}", "SLURM_JOB_ID": "42",
+    # PATH without the environment of gpupipe: the script finds dask and gpupipe through the
+    # Python it names
+    path = [d for d in os.environ["PATH"].split(os.pathsep) if d != BIN]
+    return {**os.environ, "PATH": os.pathsep.join([str(shims), *path]), "SLURM_JOB_ID": "42",
             "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "localhost"}
 
 
@@ -297,7 +330,7 @@ def test_generated_cpu_script_runs_the_scheduler_file_flow(tmp_path, small_corpu
     script = tmp_path / "job.sbatch"
     script.write_text(render(SlurmOptions(pipeline=str(pipe), cpu=True, workers_per_node=2,
                                           workdir=str(workdir),
-                                          gpupipe=os.path.join(BIN, "gpupipe")), "slurm-test"))
+                                          python=os.path.join(BIN, "python")), "slurm-test"))
     r = subprocess.run(["bash", str(script)], cwd=tmp_path, env=_slurm_env(tmp_path),
                        capture_output=True, text=True, timeout=300, start_new_session=True)
     try:
@@ -311,6 +344,8 @@ def test_generated_cpu_script_runs_the_scheduler_file_flow(tmp_path, small_corpu
             assert summary["cluster"]["kind"] == "scheduler_file"
             assert summary["cluster"]["workers"] == 2
         assert "gpupipe: driver exited with" in r.stdout
+        # the job's end closed the nannies, then the scheduler: no worker was killed
+        assert "died unexpectedly" not in r.stderr and "Traceback" not in r.stderr[-3000:]
         assert not (workdir / "scheduler.json").exists()
         assert not _pids_alive(str(workdir))  # scheduler and workers are gone
     finally:
@@ -319,6 +354,22 @@ def test_generated_cpu_script_runs_the_scheduler_file_flow(tmp_path, small_corpu
 
 
 # ---------------------------------------------------------------------------- io-bench
+
+def test_generated_script_stops_before_srun_without_gpupipes_python(tmp_path):
+    """A Python that cannot import gpupipe (the system's, here) stops the job at once, naming
+    it, before any srun starts a daemon."""
+    script = tmp_path / "job.sbatch"
+    script.write_text(render(SlurmOptions(pipeline="pipelines/quickstart.yaml", cpu=True,
+                                          workdir=str(tmp_path / "w"), python="/usr/bin/python3"),
+                             "q"))
+    env = _slurm_env(tmp_path)
+    (tmp_path / "shims" / "srun").write_text("#!/bin/sh\necho SRUN-RAN >&2\nexit 9\n")
+    r = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert ("gpupipe: /usr/bin/python3 cannot import gpupipe, distributed on "
+            in r.stderr) and "--python" in r.stderr and "SRUN-RAN" not in r.stderr
+
 
 def test_io_bench_reads_every_byte_with_each_method(tmp_path):
     r = cli("io-bench", "data/sample", "--repeat", "2", "--json")
