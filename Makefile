@@ -30,8 +30,21 @@ $(TRITON_VENV)/.installed:
 		&& touch $@ \
 		|| echo "make: the Triton test server could not be installed; tests/stages/test_triton.py will skip"
 
-test: $(STAMP) $(TRITON_VENV)/.installed
-	$(BIN)/python -m pytest
+# A real Slurm for tests/cluster/test_slurm.py: Debian's slurm-wlm and munge, installed when this
+# runs as root with apt-get (about 12 s). Without them those tests skip, saying why.
+SLURM_TRIED := $(VENV)/.slurm-tried
+$(SLURM_TRIED): | $(BIN)/python
+	@if ! command -v slurmd >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get install -y --no-install-recommends slurm-wlm munge >/dev/null 2>&1 \
+		|| { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends slurm-wlm munge >/dev/null 2>&1; } \
+		|| echo "make: slurm-wlm and munge could not be installed; tests/cluster/test_slurm.py will skip"; \
+	fi
+	@touch $@
+
+# two test processes (the suite's heavy tests run subprocesses and clusters of their own)
+TEST_JOBS ?= 2
+test: $(STAMP) $(TRITON_VENV)/.installed $(SLURM_TRIED)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup
 
 # The API contract with cuDF 26.10 / dask-cuda / KvikIO: installs '.[gpu]' (about 5 GB, no GPU
 # needed: the packages import without one) into its own venv and checks every name and keyword

@@ -202,8 +202,10 @@ def render(opts: SlurmOptions, name: str) -> str:
         "",
         f'echo "gpupipe: job $SLURM_JOB_ID, {opts.nodes} node(s), scheduler on $HEAD_NODE, '
         f'$EXPECTED_WORKERS worker(s) expected"',
+        "# any free ports (two jobs can share a node): the scheduler file has the address",
         " ".join(srun + ["--nodes=1", "--ntasks=1", '--nodelist="$HEAD_NODE"', *dask,
-                         "scheduler", '--scheduler-file="$SCHEDULER_FILE"', *net]) + " &",
+                         "scheduler", '--scheduler-file="$SCHEDULER_FILE"', *net, "--port=0",
+                         "--dashboard-address=:0"]) + " &",
         "SCHEDULER_PID=$!",
         "for _ in $(seq 1 120); do",
         '  [[ -s "$SCHEDULER_FILE" ]] && break',

@@ -76,6 +76,45 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path, small_corpus):
         make(small_corpus, tmp_path / "o", spec).run(progress=False)
 
 
+def test_a_scheduler_file_naming_something_else_is_a_clear_error(tmp_path, small_corpus):
+    """The file's address answers, but not as a Dask scheduler (a stale file, a port reused by
+    another service): the CLI names the address, the file and --interface, without a
+    traceback."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+
+    def answer():   # what an HTTP server says to bytes it does not understand
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" * 4)
+
+    threading.Thread(target=answer, daemon=True).start()
+    path = tmp_path / "sched.json"
+    path.write_text(json.dumps({"type": "Scheduler", "address": f"tcp://127.0.0.1:{port}"}))
+    pipe = tmp_path / "p.yaml"
+    pipe.write_text(f"input: {{path: {small_corpus}}}\nstages: [{{stage: length_filter}}]\n"
+                    f"output: {{path: {tmp_path / 'o'}}}\n")
+    try:
+        r = subprocess.run([sys.executable, "-m", "gpupipe.cli", "run", str(pipe),
+                            "--scheduler-file", str(path), "--timeout", "3", "--no-progress"],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        server.close()
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert (f"error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port} (from {path}): "
+            in r.stderr), r.stderr[-2000:]
+    assert "--interface, e.g. ib0 or eth0" in r.stderr
+
+
 def test_missing_scheduler_file_is_a_clear_error(tmp_path, small_corpus):
     spec = SchedulerFileClusterSpec(kind="scheduler_file", path=str(tmp_path / "none.json"))
     with pytest.raises(gp.ClusterError, match="does not exist.*dask scheduler --scheduler-file"):

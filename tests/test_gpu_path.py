@@ -220,7 +220,7 @@ def test_slurm_gpu_script_content():
                  'exit "$status"'):
         assert line in s, line
     assert ('"$PYTHON" -m dask scheduler --scheduler-file="$SCHEDULER_FILE" --protocol=ucx '
-            '--interface=ib0') in s
+            '--interface=ib0 --port=0 --dashboard-address=:0 &') in s
     assert ('"$PYTHON" -m dask cuda worker --scheduler-file="$SCHEDULER_FILE" --interface=ib0 '
             '--enable-cudf-spill --rmm-pool-size=0.9 &') in s
     # in the container, its own python3; checked there, not on the batch host

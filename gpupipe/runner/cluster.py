@@ -256,11 +256,15 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
             where = spec.path
     except ClusterError:
         raise
-    except (OSError, TimeoutError) as e:
-        target = getattr(spec, "address", None) or getattr(spec, "path", None)
+    except Exception as e:   # refused, timed out, or a peer that does not speak Dask's protocol
+        target = spec.address if kind == "address" else \
+            f"{_file_address(spec.path)} (from {spec.path})"
         raise ClusterError(
-            f"cannot reach the Dask scheduler at {target}: {e} — is `dask scheduler` running "
-            f"and reachable from here?") from e
+            f"cannot reach the Dask scheduler at {target}: {type(e).__name__}: {e} — is "
+            f"`dask scheduler` running, and can this host reach that address? A scheduler "
+            f"advertises the address of the interface it listens on: on a node with several "
+            f"networks start it (and the workers) with --interface, e.g. ib0 or eth0 "
+            f"(`gpupipe slurm --interface`)") from e
     with client:
         n = len(client.scheduler_info().get("workers", {}))
         want = getattr(spec, "min_workers", 1)
@@ -278,6 +282,17 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
         if env:
             client.run(apply_kvikio_settings, env)
         yield client
+
+
+def _file_address(path: str) -> str:
+    """The scheduler address a scheduler file holds, or a word on why it has none."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return str(json.load(f)["address"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"<no address: {type(e).__name__}>"
 
 
 class PendingCluster:

@@ -28,12 +28,12 @@ def test_kernels_in_the_cuda_simulator_equal_the_cpu_kernels():
 
 def test_check_gpu_simulate_on_the_sample_corpus():
     proc = subprocess.run(
-        [sys.executable, "-m", "gpupipe.cli", "check-gpu", "--simulate", "--sample", "50",
+        [sys.executable, "-m", "gpupipe.cli", "check-gpu", "--simulate", "--sample", "12",
          "data/sample"], capture_output=True, text=True, cwd=REPO, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = re.findall(r"^(\w+)\s+(\d+)\s+(\d+)\s", proc.stdout, re.M)
     assert len(rows) == 19
-    assert all(docs == "50" and bad == "0" for _, docs, bad in rows), proc.stdout
+    assert all(docs == "12" and bad == "0" for _, docs, bad in rows), proc.stdout
 
 
 def test_check_gpu_without_a_gpu_says_what_to_do():
