@@ -277,7 +277,7 @@ def cmd_slurm(args) -> int:
         partition=args.partition, time=args.time, account=args.account, job_name=args.job_name,
         container_image=args.container_image, container_mounts=args.container_mounts,
         protocol=args.protocol, interface=args.interface, rmm_pool_size=args.rmm_pool_size,
-        workdir=args.workdir, overrides=tuple(args.set or ()),
+        workdir=args.workdir, overrides=tuple(args.set or ()), worker_ttl=args.worker_ttl,
         python=python_for(args.python, args.gpupipe, bool(args.container_image)))
     script = render(opts, pipeline.name)
     if args.output:
@@ -515,6 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rmm-pool-size", help="GPU workers: RMM pool per GPU, e.g. 70GB or 0.9")
     p.add_argument("--workdir", help="shared directory for the scheduler file "
                    "(default: ./.gpupipe-slurm/$SLURM_JOB_ID)")
+    p.add_argument("--worker-ttl", help="drop a worker silent this long and rerun its tasks "
+                   "elsewhere (default: 20s over tcp, 15s over ucx; distributed's own: 5 minutes)")
     p.add_argument("--python", help="the Python on the nodes whose environment has gpupipe: "
                    "every step runs with it, dask too (default: the interpreter of --gpupipe, "
                    "else this one; python3 in a container)")

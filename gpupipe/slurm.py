@@ -29,6 +29,11 @@ WORKER_STOP_S = 30
 SCHEDULER_STOP_S = 10
 #: Seconds the shutdown waits for workers still connecting, so that it closes them too
 SHUTDOWN_WAIT_S = 15
+#: ``distributed.scheduler.worker-ttl`` of the job's scheduler, per protocol: a worker silent
+#: this long (a host down, its link cut) is dropped, after its nanny is asked to restart it,
+#: and its tasks run elsewhere. distributed's default is 5 minutes; UCX never notices a silent
+#: peer by itself, so there the TTL is all there is.
+WORKER_TTL = {"tcp": "20s", "ucx": "15s"}
 
 
 
@@ -52,6 +57,8 @@ class SlurmOptions:
     workdir: str | None = None
     overrides: tuple[str, ...] = ()
     worker_timeout: int = 600
+    #: the scheduler's worker-ttl (``None``: `WORKER_TTL` of the protocol)
+    worker_ttl: str | None = None
     #: the Python every step runs (`python_for`); in a container, the image's ``python3``
     python: str = "python3"
 
@@ -202,6 +209,10 @@ def render(opts: SlurmOptions, name: str) -> str:
         "",
         f'echo "gpupipe: job $SLURM_JOB_ID, {opts.nodes} node(s), scheduler on $HEAD_NODE, '
         f'$EXPECTED_WORKERS worker(s) expected"',
+        "# a worker silent this long (its host down, its link cut) is dropped and its tasks",
+        "# run elsewhere (distributed's default: 5 minutes)",
+        "export DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL="
+        f"{_q(opts.worker_ttl or WORKER_TTL[opts.protocol])}",
         "# any free ports (two jobs can share a node): the scheduler file has the address",
         " ".join(srun + ["--nodes=1", "--ntasks=1", '--nodelist="$HEAD_NODE"', *dask,
                          "scheduler", '--scheduler-file="$SCHEDULER_FILE"', *net, "--port=0",

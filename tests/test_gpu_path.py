@@ -223,6 +223,7 @@ def test_slurm_gpu_script_content():
             '--interface=ib0 --port=0 --dashboard-address=:0 &') in s
     assert ('"$PYTHON" -m dask cuda worker --scheduler-file="$SCHEDULER_FILE" --interface=ib0 '
             '--enable-cudf-spill --rmm-pool-size=0.9 &') in s
+    assert "\nexport DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL=15s\n" in s   # ucx's default
     # in the container, its own python3; checked there, not on the batch host
     assert "\nPYTHON=python3\n" in s and "cannot import" not in s
     assert s.count("--container-image=nvcr.io/nvidia/rapidsai/base:26.10-cuda12-py3.11") == 3
@@ -271,6 +272,9 @@ def test_slurm_steps_run_the_python_of_gpupipes_environment(tmp_path):
             os.path.join(BIN, "gpupipe"), "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert f"\nPYTHON={os.path.join(BIN, 'python')}\n" in out.read_text()
+    assert "\nexport DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL=20s\n" in out.read_text()
+    r = cli("slurm", "pipelines/quickstart.yaml", "--cpu", "--worker-ttl", "45s")
+    assert "\nexport DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL=45s\n" in r.stdout, r.stderr
 
 
 def test_slurm_cli_validates_the_pipeline_and_writes_an_executable(tmp_path):

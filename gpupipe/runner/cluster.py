@@ -378,6 +378,12 @@ def gather(futures, bar, label: str) -> list[dict]:
             except GpupipeError:
                 raise
             except Exception as e:
+                if "scheduler-connection-lost" in str(e):   # FutureCancelledError's reason
+                    address = getattr(getattr(fut.client, "scheduler", None), "address", "?")
+                    raise ClusterError(
+                        f"{label}: lost the Dask scheduler at {address} (its process or its "
+                        f"host is gone). What the run committed is kept: start a scheduler and "
+                        f"workers again and run the same command again to resume") from e
                 hint = ""
                 if type(e).__name__ == "KilledWorker":
                     hint = (" — a worker died, most often out of memory: use fewer/larger workers "
