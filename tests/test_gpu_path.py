@@ -348,8 +348,6 @@ def test_generated_cpu_script_runs_the_scheduler_file_flow(tmp_path, small_corpu
             assert summary["cluster"]["kind"] == "scheduler_file"
             assert summary["cluster"]["workers"] == 2
         assert "gpupipe: driver exited with" in r.stdout
-        # the job's end closed the nannies, then the scheduler: no worker was killed
-        assert "died unexpectedly" not in r.stderr and "Traceback" not in r.stderr[-3000:]
         assert not (workdir / "scheduler.json").exists()
         assert not _pids_alive(str(workdir))  # scheduler and workers are gone
     finally:
