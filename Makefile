@@ -41,9 +41,24 @@ $(SLURM_TRIED): | $(BIN)/python
 	fi
 	@touch $@
 
+# UCX for tests/cluster/test_hosts.py: distributed-ucxx 0.52 and its libraries (no GPU needed)
+# in a venv of their own, over the suite's packages (a .pth adds .venv's site-packages after
+# its own), so that the suite's venv stays free of RAPIDS. Without it the UCX test skips.
+UCX_VENV := .venv-ucx
+UCX_SITE  = $$($(UCX_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+$(UCX_VENV)/.installed: $(STAMP)
+	@test -x $(UCX_VENV)/bin/python || $(PYTHON) -m venv $(UCX_VENV)
+	@$(UCX_VENV)/bin/python -m pip install --quiet --no-deps 'distributed-ucxx-cu12==0.52.*' \
+		'ucxx-cu12==0.52.*' 'libucxx-cu12==0.52.*' libucx-cu12 'librmm-cu12==26.10.*' \
+		'rmm-cu12==26.10.*' 'rapids-logger==0.3.*' \
+		&& echo "import site; site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+			> "$(UCX_SITE)/zz_gpupipe_suite.pth" \
+		&& touch $@ \
+		|| echo "make: the UCX packages could not be installed; the UCX test in tests/cluster will skip"
+
 # two test processes (the suite's heavy tests run subprocesses and clusters of their own)
 TEST_JOBS ?= 2
-test: $(STAMP) $(TRITON_VENV)/.installed $(SLURM_TRIED)
+test: $(STAMP) $(TRITON_VENV)/.installed $(SLURM_TRIED) $(UCX_VENV)/.installed
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup
 
 # The API contract with cuDF 26.10 / dask-cuda / KvikIO: installs '.[gpu]' (about 5 GB, no GPU

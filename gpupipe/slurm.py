@@ -36,6 +36,16 @@ SHUTDOWN_WAIT_S = 15
 WORKER_TTL = {"tcp": "20s", "ucx": "15s"}
 
 
+def cpu_network_env(protocol: str) -> dict[str, str]:
+    """The environment of a CPU job's processes for ``protocol``: over UCX, its TCP, shared
+    memory and loopback transports only, and no CUDA context (either one asked for on a host
+    without a GPU stops the scheduler at start). A GPU job leaves both to dask-cuda."""
+    if protocol != "ucx":
+        return {}
+    return {"UCX_TLS": "tcp,self,sm",
+            "DASK_DISTRIBUTED__COMM__UCX__CREATE_CUDA_CONTEXT": "False"}
+
+
 
 @dataclasses.dataclass(frozen=True)
 class SlurmOptions:
@@ -69,8 +79,6 @@ class SlurmOptions:
             raise SpecError("--gpus-per-node must be at least 1 (or use --cpu)")
         if self.protocol not in ("tcp", "ucx"):
             raise SpecError(f"--protocol must be tcp or ucx (got {self.protocol!r})")
-        if self.cpu and self.protocol == "ucx":
-            raise SpecError("--protocol ucx is for GPU workers; drop --cpu or use tcp")
         if self.cpu and self.rmm_pool_size:
             raise SpecError("--rmm-pool-size is for GPU workers; drop --cpu")
 
@@ -133,8 +141,7 @@ def render(opts: SlurmOptions, name: str) -> str:
     dask = ['"$PYTHON"', "-m", "dask"]
     if opts.cpu:
         worker = [*dask, "worker", '--scheduler-file="$SCHEDULER_FILE"',
-                  f"--nworkers={per_node}", "--nthreads=1", "--memory-limit=auto",
-                  *([f"--interface={opts.interface}"] if opts.interface else [])]
+                  f"--nworkers={per_node}", "--nthreads=1", "--memory-limit=auto", *net]
         worker_res = [f"--cpus-per-task={opts.cpus_per_node}"] if opts.cpus_per_node else []
     else:
         worker = [*dask, "cuda", "worker", '--scheduler-file="$SCHEDULER_FILE"', *net[1:],
@@ -146,7 +153,12 @@ def render(opts: SlurmOptions, name: str) -> str:
               f"--timeout={opts.worker_timeout}", "--no-progress",
               *(f"--set={_q(o)}" for o in opts.overrides)]
     in_container = bool(opts.container_image)
-    needs = ("gpupipe", "distributed") if opts.cpu else ("gpupipe", "distributed", "dask_cuda")
+    needs = ("gpupipe", "distributed", *(() if opts.cpu else ("dask_cuda",)),
+             *(("distributed_ucxx",) if opts.protocol == "ucx" else ()))
+    # UCX on CPU nodes: its TCP / shared-memory transports and no CUDA context (the user's
+    # UCX_TLS wins); on GPU nodes dask-cuda sets both
+    ucx_cpu = [f'export {k}="${{{k}:-{v}}}"' for k, v in cpu_network_env(opts.protocol).items()
+               ] if opts.cpu else []
     workdir = opts.workdir or "$PWD/.gpupipe-slurm/$SLURM_JOB_ID"
     kind = "dask worker (CPU)" if opts.cpu else "dask cuda worker (one process per GPU)"
 
@@ -209,6 +221,7 @@ def render(opts: SlurmOptions, name: str) -> str:
         "",
         f'echo "gpupipe: job $SLURM_JOB_ID, {opts.nodes} node(s), scheduler on $HEAD_NODE, '
         f'$EXPECTED_WORKERS worker(s) expected"',
+        *ucx_cpu,
         "# a worker silent this long (its host down, its link cut) is dropped and its tasks",
         "# run elsewhere (distributed's default: 5 minutes)",
         "export DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL="

@@ -244,8 +244,15 @@ def test_slurm_cpu_script_and_option_errors():
     assert lines[0].startswith('"$PYTHON" -m gpupipe.cli run ')
     assert "\nPYTHON=python3\n" in s   # SlurmOptions' default; the CLI resolves it
     assert "if ! \"$PYTHON\" -c 'import gpupipe, distributed' 2>/dev/null; then" in s
-    with pytest.raises(SpecError, match="ucx is for GPU workers"):
-        SlurmOptions(pipeline="p.yaml", cpu=True, protocol="ucx")
+    assert "UCX_TLS" not in s and "--protocol=tcp" in s
+    # UCX on CPU nodes (tested across hosts in tests/cluster/test_hosts.py): its TCP and
+    # shared-memory transports, no CUDA context, distributed-ucxx checked before srun
+    u = render(SlurmOptions(pipeline="p.yaml", cpu=True, protocol="ucx"), "p")
+    assert '\nexport UCX_TLS="${UCX_TLS:-tcp,self,sm}"\n' in u
+    assert ('\nexport DASK_DISTRIBUTED__COMM__UCX__CREATE_CUDA_CONTEXT='
+            '"${DASK_DISTRIBUTED__COMM__UCX__CREATE_CUDA_CONTEXT:-False}"\n') in u
+    assert "'import gpupipe, distributed, distributed_ucxx'" in u
+    assert "--nthreads=1 --memory-limit=auto --protocol=ucx &" in u
     with pytest.raises(SpecError, match="--nodes"):
         SlurmOptions(pipeline="p.yaml", nodes=0)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import gpupipe as gp
-from gpupipe.slurm import WORKER_TTL
+from gpupipe.slurm import WORKER_TTL, cpu_network_env
 from tests.cluster.hosts import Hosts, why_not
 from tests.conftest import REPO
 
@@ -42,25 +42,40 @@ def _files(root: Path) -> dict[str, bytes]:
             if p.is_file() and p.name != "manifest.json"}
 
 
-def _cluster(hosts: Hosts, sched: Path) -> None:
+#: the UCX packages (distributed-ucxx 0.52) live in a venv of their own over the suite's
+#: (`make test` builds it): its Python runs the scheduler, workers and driver of the UCX test
+UCX_PYTHON = REPO / ".venv-ucx" / "bin" / "python"
+
+
+def _env(protocol: str) -> dict:
+    """What `gpupipe slurm`'s script sets for ``protocol`` on CPU nodes."""
+    return {**os.environ, **cpu_network_env(protocol),
+            "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": WORKER_TTL[protocol]}
+
+
+def _cluster(hosts: Hosts, sched: Path, protocol: str = "tcp",
+             python: str = sys.executable) -> None:
     """The scheduler on h1 and one worker on h2 and h3, as the Slurm script starts them."""
-    env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": WORKER_TTL["tcp"]}
-    dask = [sys.executable, "-m", "dask"]
-    hosts.run(0, [*dask, "scheduler", f"--scheduler-file={sched}", "--interface=eth0",
-                  "--port=0", "--dashboard-address=:0"], "scheduler", env)
+    env = _env(protocol)
+    dask = [python, "-m", "dask"]
+    hosts.run(0, [*dask, "scheduler", f"--scheduler-file={sched}", f"--protocol={protocol}",
+                  "--interface=eth0", "--port=0", "--dashboard-address=:0"], "scheduler", env)
     end = time.monotonic() + 30
     while not sched.exists() or not sched.stat().st_size:
         assert time.monotonic() < end, "the scheduler did not write its file"
         time.sleep(0.1)
     for h in (1, 2):
-        hosts.run(h, [*dask, "worker", f"--scheduler-file={sched}", "--interface=eth0",
-                      "--nworkers=1", "--nthreads=1"], f"worker-h{h + 1}", env)
+        hosts.run(h, [*dask, "worker", f"--scheduler-file={sched}", f"--protocol={protocol}",
+                      "--interface=eth0", "--nworkers=1", "--nthreads=1"], f"worker-h{h + 1}",
+                  env)
 
 
-def _driver(hosts: Hosts, sched: Path, out: Path):
-    return hosts.run(1, [sys.executable, "-m", "gpupipe.cli", "run", str(REPO / PIPELINE),
+def _driver(hosts: Hosts, sched: Path, out: Path, protocol: str = "tcp",
+            python: str = sys.executable):
+    return hosts.run(1, [python, "-m", "gpupipe.cli", "run", str(REPO / PIPELINE),
                          f"--scheduler-file={sched}", "--min-workers=2", "--timeout=60",
-                         "--no-progress", f"--set=output.path={out}"], "driver")
+                         "--no-progress", f"--set=output.path={out}"], "driver",
+                     _env(protocol))
 
 
 def _wait_for(path: Path, proc, timeout: float) -> None:
@@ -133,4 +148,30 @@ def test_the_scheduler_host_lost_stops_the_driver_and_a_new_cluster_resumes(loca
     summary = json.loads((out / "run.json").read_text())
     assert summary["status"] == "complete"
     assert sum(seg["reused"] for seg in summary["segments"]) > 0
+    assert _files(out) == _files(local_run)
+
+
+@pytest.mark.skipif(not UCX_PYTHON.exists(), reason=f"no {UCX_PYTHON} (`make test` builds it: "
+                    f"distributed-ucxx-cu12 0.52 over the suite's venv)")
+def test_over_ucx_a_lost_link_does_not_hang(local_run, tmp_path):
+    """The same cluster over UCX (its TCP transport: no GPU here), as `gpupipe slurm --cpu
+    --protocol ucx` starts it. UCX never notices a silent peer: the worker-ttl drops it."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    sched, out = tmp_path / "scheduler.json", tmp_path / "run"
+    with Hosts(3, logs) as hosts:
+        _cluster(hosts, sched, "ucx", str(UCX_PYTHON))
+        assert json.loads(sched.read_text())["address"].startswith(
+            f"ucx://{hosts.addresses[0]}:")
+        driver = _driver(hosts, sched, out, "ucx", str(UCX_PYTHON))
+        _wait_for(out / SIGNATURES, driver, timeout=120)
+        t0 = time.monotonic()
+        hosts.link_down(2)
+        rc = driver.wait(180)
+        after = time.monotonic() - t0
+        assert rc == 0, (logs / "driver.log").read_text()[-3000:]
+    print(f"\nucx link-down: the run finished {after:.1f} s after the loss")
+    assert after < 15 + 60, after
+    summary = json.loads((out / "run.json").read_text())
+    assert summary["status"] == "complete"
     assert _files(out) == _files(local_run)
