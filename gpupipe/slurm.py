@@ -38,12 +38,14 @@ WORKER_TTL = {"tcp": "20s", "ucx": "15s"}
 
 def cpu_network_env(protocol: str) -> dict[str, str]:
     """The environment of a CPU job's processes for ``protocol``: over UCX, its TCP, shared
-    memory and loopback transports only, and no CUDA context (either one asked for on a host
-    without a GPU stops the scheduler at start). A GPU job leaves both to dask-cuda."""
+    memory and loopback transports only, and no CUDA context (distributed-ucxx 0.52 creates
+    one when ``distributed-ucxx.create-cuda-context`` is true or ``UCX_TLS`` names a ``cuda``
+    transport, and that stops the scheduler at start on a host without a GPU). A GPU job
+    leaves both to dask-cuda."""
     if protocol != "ucx":
         return {}
     return {"UCX_TLS": "tcp,self,sm",
-            "DASK_DISTRIBUTED__COMM__UCX__CREATE_CUDA_CONTEXT": "False"}
+            "DASK_DISTRIBUTED_UCXX__CREATE_CUDA_CONTEXT": "False"}
 
 
 

@@ -249,8 +249,8 @@ def test_slurm_cpu_script_and_option_errors():
     # shared-memory transports, no CUDA context, distributed-ucxx checked before srun
     u = render(SlurmOptions(pipeline="p.yaml", cpu=True, protocol="ucx"), "p")
     assert '\nexport UCX_TLS="${UCX_TLS:-tcp,self,sm}"\n' in u
-    assert ('\nexport DASK_DISTRIBUTED__COMM__UCX__CREATE_CUDA_CONTEXT='
-            '"${DASK_DISTRIBUTED__COMM__UCX__CREATE_CUDA_CONTEXT:-False}"\n') in u
+    assert ('\nexport DASK_DISTRIBUTED_UCXX__CREATE_CUDA_CONTEXT='
+            '"${DASK_DISTRIBUTED_UCXX__CREATE_CUDA_CONTEXT:-False}"\n') in u
     assert "'import gpupipe, distributed, distributed_ucxx'" in u
     assert "--nthreads=1 --memory-limit=auto --protocol=ucx &" in u
     with pytest.raises(SpecError, match="--nodes"):
