@@ -2,8 +2,9 @@
 
 The script starts ``dask scheduler --scheduler-file`` on the first node, one ``dask cuda worker``
 (one process per GPU) or ``dask worker`` per node with ``srun``, waits for every worker, runs
-``gpupipe run PIPELINE --scheduler-file ...`` as the driver, then stops the workers and then the
-scheduler, and exits with the driver's exit code. The scheduler file lives in a directory every node
+``gpupipe run PIPELINE --scheduler-file ...`` as the driver, then shuts the cluster down (each
+worker's nanny, then the scheduler) so that every step ends by itself, and exits with the driver's
+exit code. The scheduler file lives in a directory every node
 can read (``--workdir``, shared storage). Every ``srun`` option is written ``--name=value``.
 
 Every step runs with one Python (``python -m dask ...``, ``python -m gpupipe.cli ...``): the one
@@ -46,7 +47,6 @@ def cpu_network_env(protocol: str) -> dict[str, str]:
         return {}
     return {"UCX_TLS": "tcp,self,sm",
             "DASK_DISTRIBUTED_UCXX__CREATE_CUDA_CONTEXT": "False"}
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,9 +205,9 @@ def render(opts: SlurmOptions, name: str) -> str:
         "  fi",
         '  wait "$1" 2>/dev/null || true',
         "}",
-        "# the scheduler closes the workers (those still connecting too, once they are in) and",
-        "# then itself, so every step ends by itself; what does not end in time is stopped,",
-        "# the workers first while the scheduler still answers them",
+        "# each worker's nanny (those still connecting too, once they are in) and then the",
+        "# scheduler are told to close, so every step ends by itself; what does not end in time",
+        "# is stopped, the workers first while the scheduler still answers them",
         "cleanup() {",
         "  trap - EXIT INT TERM",
         '  if [[ -s "$SCHEDULER_FILE" ]]; then',
@@ -287,7 +287,8 @@ def shutdown(scheduler_file: str, expected: int, wait_s: float) -> None:
         pass   # the script stops what does not end by itself
     # each nanny first, while the scheduler answers: it stops its worker through its own stop
     # queue, and the `dask worker` process ends. (A worker closed by the scheduler instead
-    # leaves its nanny to log "Worker process died unexpectedly" with a traceback.)
+    # leaves its nanny to log "Worker process died unexpectedly" with a traceback; a nanny
+    # can still race its worker's exit that way on a loaded machine.)
     client.sync(client.scheduler.broadcast, msg={"op": "terminate"}, nanny=True,
                 on_error="ignore")
     client.shutdown()   # the scheduler, and this client
