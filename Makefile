@@ -35,8 +35,8 @@ $(TRITON_VENV)/.installed:
 SLURM_TRIED := $(VENV)/.slurm-tried
 $(SLURM_TRIED): | $(BIN)/python
 	@if ! command -v slurmd >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		apt-get install -y --no-install-recommends slurm-wlm munge >/dev/null 2>&1 \
-		|| { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends slurm-wlm munge >/dev/null 2>&1; } \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge >/dev/null 2>&1 \
+		|| { apt-get update >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge >/dev/null 2>&1; } \
 		|| echo "make: slurm-wlm and munge could not be installed; tests/cluster/test_slurm.py will skip"; \
 	fi
 	@touch $@
