@@ -359,11 +359,8 @@ def _warmup_cuda_check() -> None:
     except ImportError as e:
         raise SpecError(f"warmup --cuda: numba-cuda is not installed ({e}); "
                         f"{KERNELS_INSTALL}") from None
-    from gpupipe.kernels.target import SIMULATOR
-
-    ok, why = gpu.usable()
-    if SIMULATOR or not ok:
-        why = "the CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1)" if SIMULATOR else why
+    why = gpu.cannot_warm()
+    if why is not None:
         raise SpecError(f"warmup --cuda: no usable GPU ({why}). CUDA kernels are compiled "
                         f"for the GPU that runs them: run it on the GPU node (in a container, "
                         f"once at start, with NUMBA_CACHE_DIR on a volume the runs share). "

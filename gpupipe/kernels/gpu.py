@@ -142,20 +142,26 @@ if not SIMULATOR:
             return (*super()._index_key(sig, codegen), ("gpupipe.kernels", sources_digest()))
 
 
+def cannot_warm() -> str | None:
+    """Why `warm` cannot compile here (no usable GPU, or the simulator, which compiles
+    nothing), or None."""
+    if SIMULATOR:
+        return "the CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1)"
+    ok, device = usable()
+    return None if ok else device
+
+
 def warm(progress=None) -> list[dict]:
     """Compile every kernel of `KERNELS`, each declared variant, for the current GPU into the
-    disk cache (or load it from there): what ``gpupipe warmup --cuda`` runs on a GPU node or
-    in an image build, so no run compiles. One record per kernel: ``{cuda_kernel, variants,
-    seconds, from_cache}``; ``progress(record)`` is called after each. Raises RuntimeError
-    where no GPU is usable (or under the simulator, which compiles nothing)."""
+    disk cache (or load it from there): what ``gpupipe warmup --cuda`` runs on a GPU node, so
+    no run there compiles. One record per kernel: ``{cuda_kernel, variants, seconds,
+    from_cache}``; ``progress(record)`` is called after each. Raises RuntimeError where
+    `cannot_warm` says why not."""
     import time
 
-    if SIMULATOR:
-        raise RuntimeError("the CUDA simulator (NUMBA_ENABLE_CUDASIM=1) compiles nothing to "
-                           "cache; unset it on a GPU machine")
-    ok, device = usable()
-    if not ok:
-        raise RuntimeError(f"no usable GPU: {device}")
+    why = cannot_warm()
+    if why is not None:
+        raise RuntimeError(f"no usable GPU: {why}")
     out = []
     for jitted, signatures in KERNELS:
         sigs = [s for declared in signatures for s in _expand(declared)]

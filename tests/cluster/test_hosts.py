@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import gpupipe as gp
 from gpupipe.slurm import WORKER_TTL, cpu_network_env
+from tests.cluster import common
 from tests.cluster.hosts import Hosts, why_not
 from tests.conftest import REPO
 
@@ -29,17 +29,11 @@ SIGNATURES = "checkpoints/02-fuzzy_dedup.work/00-signatures/_done"
 
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("local") / "run"
-    os.chdir(REPO)
-    gp.Pipeline.from_yaml(PIPELINE, overrides=[f"output.path={out}"]).run(workers=2,
-                                                                         progress=False)
-    return out
+    return common.local_run(PIPELINE, tmp_path_factory.mktemp("local"))
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes().replace(str(root).encode(), b"<run>")
-            for sub in ("data", "shards", "dedup") for p in sorted((root / sub).rglob("*"))
-            if p.is_file() and p.name != "manifest.json"}
+    return common.run_files(root, ("data", "shards", "dedup"))
 
 
 #: the UCX packages (distributed-ucxx 0.52) live in a venv of their own over the suite's

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import gpupipe as gp
+from tests.cluster import common
 from tests.cluster.slurm import Slurm, why_not
 from tests.conftest import REPO
 
@@ -33,19 +33,11 @@ def slurm(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("local") / "run"
-    os.chdir(REPO)
-    gp.Pipeline.from_yaml(PIPELINE, overrides=[f"output.path={out}"]).run(workers=2,
-                                                                         progress=False)
-    return out
+    return common.local_run(PIPELINE, tmp_path_factory.mktemp("local"))
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    """Every file of data/ and shards/ (the Megatron argument files name the run directory:
-    compared with it replaced)."""
-    return {str(p.relative_to(root)): p.read_bytes().replace(str(root).encode(), b"<run>")
-            for sub in ("data", "shards") for p in sorted((root / sub).rglob("*"))
-            if p.is_file() and p.name != "manifest.json"}
+    return common.run_files(root, ("data", "shards"))
 
 
 def _bare_path_env() -> dict:
