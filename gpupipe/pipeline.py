@@ -79,10 +79,12 @@ class Pipeline(PipelineSpec):
         lines = [f"pipeline {self.name!r}"]
         for name, inp in self.sources().items():
             label = "input   " if self.inputs is None else f"input {name}:"
-            lines.append(
-                f"  {label} {inp.resolved_format()}: {', '.join(inp.paths())}  "
-                f"(text_column={inp.text_column}, id_column={inp.id_column or '<file>:<line>'}, "
-                f"on_error={inp.on_error})")
+            fmt = inp.resolved_format()
+            columns = ("text=HTTP body, id=WARC-Record-ID, responses of HTML/text types"
+                       if fmt == "warc" else f"text_column={inp.text_column}, "
+                       f"id_column={inp.id_column or '<file>:<line>'}")
+            lines.append(f"  {label} {fmt}: {', '.join(inp.paths())}  ({columns}, "
+                         f"on_error={inp.on_error})")
             for st in getattr(inp, "stages", []):
                 lines.append(f"      its own stage: {st.describe()}")
         if self.mixture is not None:

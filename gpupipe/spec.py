@@ -57,7 +57,8 @@ class InputSpec(BaseModel):
     blocksize: ByteSize | None = Field(
         ByteSize(256 * 2**20),
         description="uncompressed JSONL files larger than this are read as several "
-                    "partitions, cut at line boundaries; null: one partition per file")
+                    "partitions, cut at line boundaries; WARC files (compressed or not, "
+                    "default 64 MiB) at record starts; null: one partition per file")
 
     def paths(self) -> list[str]:
         return [self.path] if isinstance(self.path, str) else list(self.path)

@@ -10,6 +10,8 @@ A new reader is a module of `gpupipe.io` with a source class (``files``, ``npart
 'jsonl'
 >>> infer(["data/sample/*.jsonl.gz"])
 'jsonl'
+>>> of_path("CC-MAIN-20241201-00000.warc.gz").name
+'warc'
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 from gpupipe.errors import SpecError, did_you_mean
 from gpupipe.io.jsonl import JsonlSource
 from gpupipe.io.parquet import ParquetSource
+from gpupipe.io.warc import WarcSource
 
 #: endings of compressed files a reader decompresses itself (`gpupipe.io.files.read_bytes`)
 COMPRESSIONS = ("", ".gz", ".zst", ".zstd")
@@ -44,6 +47,7 @@ def _compressed(*bases: str) -> tuple[str, ...]:
 FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("jsonl", _compressed(".jsonl", ".json", ".ndjson"), JsonlSource),
     Format("parquet", (".parquet", ".pq"), ParquetSource),
+    Format("warc", (".warc", ".warc.gz", ".arc", ".arc.gz"), WarcSource),
 )}
 #: the format of an input whose names say nothing (``data/*``)
 DEFAULT = "jsonl"

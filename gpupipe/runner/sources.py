@@ -55,13 +55,19 @@ def make_source(input_spec, cluster=None):
                            text_column=input_spec.text_column, id_column=input_spec.id_column,
                            on_error=input_spec.on_error, left_out=tuple(odd),
                            columns=tuple(input_spec.columns),
-                           blocksize=effective_blocksize(input_spec, cluster))
+                           blocksize=effective_blocksize(input_spec, cluster, fmt=fmt))
 
 
-def effective_blocksize(input_spec, cluster=None, device_memory: int | None = None) -> int | None:
-    """``input.blocksize``; on a CUDA cluster, when not set, a fraction of one GPU's memory
-    (``cluster.partition_fraction``, 1/32 by default: room for a shuffle's copies)."""
-    if getattr(cluster, "kind", None) == "cuda" and "blocksize" not in input_spec.model_fields_set:
+def effective_blocksize(input_spec, cluster=None, device_memory: int | None = None,
+                        fmt=None) -> int | None:
+    """``input.blocksize``; when not set, the format's own default (WARC: 64 MiB of the file,
+    which holds several times that of HTML), else on a CUDA cluster a fraction of one GPU's
+    memory (``cluster.partition_fraction``, 1/32 by default: room for a shuffle's copies)."""
+    explicit = "blocksize" in input_spec.model_fields_set
+    own = getattr(getattr(fmt, "source", None), "default_blocksize", None)
+    if own is not None and not explicit:
+        return own
+    if getattr(cluster, "kind", None) == "cuda" and not explicit:
         if device_memory is None:
             from gpupipe.runner.cluster import device_memory_bytes
 

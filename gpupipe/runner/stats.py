@@ -94,10 +94,16 @@ class ReadStats:
     text_bytes: int = 0
     rejected: dict[str, int] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
+    #: WARC input: records by WARC-Type, responses not kept by content type, bodies whose
+    #: charset was detected (the declared one was missing or wrong); left out of run.json
+    #: for other formats
+    records: dict[str, int] = dataclasses.field(default_factory=dict)
+    skipped: dict[str, int] = dataclasses.field(default_factory=dict)
+    charset_detected: int = 0
 
     def __add__(self, other: ReadStats) -> ReadStats:
         return ReadStats(**{f.name: (_sum(getattr(self, f.name), getattr(other, f.name))
-                                     if f.name == "rejected" else
+                                     if isinstance(getattr(self, f.name), dict) else
                                      getattr(self, f.name) + getattr(other, f.name))
                             for f in dataclasses.fields(self)})
 
@@ -107,7 +113,11 @@ class ReadStats:
 
     def to_json(self) -> dict:
         out = dataclasses.asdict(self)
-        out["rejected"] = dict(sorted(self.rejected.items()))
+        for key in ("rejected", "records", "skipped"):
+            out[key] = dict(sorted(getattr(self, key).items()))
+        if not self.records:
+            for key in ("records", "skipped", "charset_detected"):
+                del out[key]
         return out
 
     @property

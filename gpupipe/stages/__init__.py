@@ -23,6 +23,7 @@ from gpupipe.stages.filters.simple import RegexFilter, Sample, SymbolRatioFilter
 from gpupipe.stages.layout.repartition import Repartition
 from gpupipe.stages.models.classify import Classify
 from gpupipe.stages.models.embed import Embed
+from gpupipe.stages.transforms.extract_html import ExtractHtml
 from gpupipe.stages.transforms.normalize_text import NormalizeText
 from gpupipe.stages.transforms.pii import PiiRedact
 from gpupipe.stages.transforms.tokenize import Tokenize
@@ -41,6 +42,7 @@ __all__ = [
     "C4Quality",
     "Decontaminate",
     "ExactDedup",
+    "ExtractHtml",
     "FuzzyDedup",
     "Filter",
     "FineWebQuality",

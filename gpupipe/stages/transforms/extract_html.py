@@ -1,0 +1,119 @@
+"""extract_html: HTML -> the page's main text, with Resiliparse, Trafilatura or jusText."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field
+
+from gpupipe.frame import TEXT, string_series, text_array
+from gpupipe.stages.base import Filter, stage
+from gpupipe.stages.transforms import html_extract
+
+
+@stage("extract_html")
+class ExtractHtml(Filter):
+    """Replace each document's HTML by its main text, as the extractor library returns it.
+
+    ``resiliparse`` (the default) is Resiliparse's ``extract_plain_text``, a C++ DOM walk with
+    main-content heuristics, tens of times faster than the others; ``trafilatura`` (FineWeb's
+    choice, with ``favor_precision`` / ``favor_recall``) and ``justext`` (paragraphs that are not
+    boilerplate for ``language``'s stop words) are the alternatives. The text is exactly what the
+    library gives, character for character; clean it with ``normalize_text`` after.
+
+    It runs on pandas partitions (on ``backend: cudf`` the partition is copied to the host
+    for it, as for any library that reads Python strings).
+
+    Documents the extractor returns no text for are dropped as ``no_main_text``, pages it fails
+    on as ``extract_error``. With ``timeout`` (seconds per document) set, extraction runs in a
+    helper process per worker thread, and a page that takes longer is dropped as
+    ``extract_timeout`` instead of holding its worker: the helper is killed and a new one goes
+    on with the next page. Which pages time out depends on the machine's speed, so a run is
+    reproducible only when none does (run.json counts them). ``timeout: null`` extracts in the
+    worker itself, without that protection.
+    """
+
+    reasons: ClassVar[tuple[str, ...]] = ("no_main_text", "extract_timeout", "extract_error")
+    host_steps: ClassVar[str] = "HTML extraction (a CPU library)"
+
+    extractor: Literal["resiliparse", "trafilatura", "justext"] = "resiliparse"
+    #: resiliparse: keep only what its heuristics take for the main content
+    main_content: bool = True
+    #: resiliparse: keep line breaks and paragraphs
+    preserve_formatting: bool = True
+    #: resiliparse: bullets before list items
+    list_bullets: bool = True
+    #: resiliparse: images' alternative text
+    alt_texts: bool = False
+    #: resiliparse: link targets after link text
+    links: bool = False
+    #: trafilatura: fewer but cleaner extracts
+    favor_precision: bool = False
+    #: trafilatura: more text, more boilerplate
+    favor_recall: bool = False
+    #: trafilatura: include reader comments
+    include_comments: bool = False
+    #: trafilatura: include table contents
+    include_tables: bool = True
+    #: justext: the stop-word list (``justext.get_stoplists()``)
+    language: str = "English"
+    #: seconds one document may take; null extracts in the worker without a limit
+    timeout: Annotated[float | None, Field(gt=0)] = 10.0
+
+    def __post_init__(self):
+        if self.favor_precision and self.favor_recall:
+            raise ValueError("favor_precision and favor_recall exclude each other")
+        if self.extractor == "justext":
+            try:
+                import justext
+            except ImportError:
+                return   # check() names the missing package
+            if self.language not in justext.get_stoplists():
+                from gpupipe.errors import did_you_mean
+
+                raise ValueError(f"justext has no stop words for {self.language!r}"
+                                 f"{did_you_mean(self.language, justext.get_stoplists())}")
+
+    def options(self) -> dict:
+        return {k: getattr(self, k) for k in html_extract.OPTIONS[self.extractor]}
+
+    def check(self, ctx=None) -> str | None:
+        module = {"resiliparse": "resiliparse", "trafilatura": "trafilatura",
+                  "justext": "justext"}[self.extractor]
+        try:
+            __import__(module)
+        except ImportError:
+            raise ValueError(f"extract_html: extractor {self.extractor!r} needs the "
+                             f"{module} package: pip install 'gpupipe[web]'") from None
+        return None
+
+    def explain_notes(self) -> list[str]:
+        where = ("in the worker, no time limit" if self.timeout is None else
+                 f"in a helper process per worker thread, {self.timeout:g} s per document")
+        return [f"{self.extractor} {self.options()}, {where}"]
+
+    def _extract(self, df) -> list[tuple[str | None, str | None]]:
+        htmls = df[TEXT].tolist()
+        if self.timeout is None:
+            fn = html_extract.extractor(self.extractor, self.options())
+            return html_extract.extract_all(fn, htmls)
+        return html_extract.extract_with_timeout(self.extractor, self.options(), htmls,
+                                                 self.timeout)
+
+    def evaluate(self, df):
+        results = self._extract(df)
+        texts = [text or "" for text, _ in results]
+        codes = np.array([1 if error is None and not text.strip() else
+                          2 if error == "timeout" else 3 if error is not None else 0
+                          for text, error in results], dtype=np.uint8)
+        out = string_series(pa.array(texts, pa.large_string()), df.index)
+        return codes, df.assign(**{TEXT: out}), {}
+
+    def measures(self, df):
+        html = text_array(df[TEXT])
+        texts = [text or "" for text, _ in self._extract(df)]
+        return {"html_chars": pc.utf8_length(html).to_numpy(zero_copy_only=False),
+                "text_chars": np.array([len(t) for t in texts], dtype=np.int64)}
