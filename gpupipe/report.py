@@ -363,6 +363,26 @@ def _distributions(run_dir: str, s: dict) -> list[str]:
     return out
 
 
+def _records_section(read: dict) -> list[str]:
+    """What a WARC input held: records by WARC-Type, the responses not kept by content type,
+    and how many bodies needed charset detection (nothing for other formats)."""
+    records = read.get("records")
+    if not records:
+        return []
+    out = ["<h2>Input records</h2>",
+           bar_chart("WARC records by type", sorted(((k, float(v)) for k, v in records.items()),
+                                                    key=lambda x: -x[1]))]
+    if read.get("skipped"):
+        out.append(bar_chart("responses not kept (not HTML or text), by content type",
+                             sorted(((k, float(v)) for k, v in read["skipped"].items()),
+                                    key=lambda x: -x[1])))
+    out.append(f"<p>{read.get('docs', 0):,} responses read as documents; "
+               f"{read.get('charset_detected', 0):,} decoded with a detected charset (the "
+               f"declared one was missing or wrong); "
+               f"{sum(read.get('rejected', {}).values()):,} set aside (below).</p>")
+    return out
+
+
 def render(run_dir: str) -> str:
     with open(os.path.join(run_dir, "run.json"), encoding="utf-8") as f:
         s = json.load(f)
@@ -375,6 +395,7 @@ def render(run_dir: str) -> str:
     stages = s.get("stages", [])
     read = s.get("read", {})
     acc = s.get("accounting", {})
+    out += _records_section(read)
     out.append("<h2>Documents and bytes per stage</h2>")
     funnel = [("read", float(read.get("docs", 0)))] + [
         (f"{st['position']}: {st['stage']}", float(st["docs_out"])) for st in stages]

@@ -63,6 +63,13 @@ class InputSpec(BaseModel):
     def paths(self) -> list[str]:
         return [self.path] if isinstance(self.path, str) else list(self.path)
 
+    def carried_columns(self) -> list[str]:
+        """The columns besides id and text the input carries through the run: its format's
+        own (WARC: url, warc_date, ...) and ``columns``."""
+        from gpupipe.io.formats import get
+
+        return list(dict.fromkeys([*get(self.resolved_format()).columns, *self.columns]))
+
     def resolved_format(self) -> str:
         """``format``, or what the file names say (`gpupipe.io.formats.infer`)."""
         return self.format if self.format is not None else infer_format(self.paths())

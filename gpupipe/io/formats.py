@@ -22,6 +22,7 @@ import os
 from gpupipe.errors import SpecError, did_you_mean
 from gpupipe.io.jsonl import JsonlSource
 from gpupipe.io.parquet import ParquetSource
+from gpupipe.io.warc import COLUMNS as WARC_COLUMNS
 from gpupipe.io.warc import WarcSource
 
 #: endings of compressed files a reader decompresses itself (`gpupipe.io.files.read_bytes`)
@@ -35,6 +36,8 @@ class Format:
     suffixes: tuple[str, ...]
     #: the source class (`JsonlSource`, `ParquetSource`): ``source.open(files, ...)``
     source: type
+    #: columns every source of this format carries besides id and text (WARC: url, ...)
+    columns: tuple[str, ...] = ()
 
     def matches(self, path: str) -> bool:
         return os.fspath(path).lower().endswith(self.suffixes)
@@ -47,7 +50,7 @@ def _compressed(*bases: str) -> tuple[str, ...]:
 FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("jsonl", _compressed(".jsonl", ".json", ".ndjson"), JsonlSource),
     Format("parquet", (".parquet", ".pq"), ParquetSource),
-    Format("warc", (".warc", ".warc.gz", ".arc", ".arc.gz"), WarcSource),
+    Format("warc", (".warc", ".warc.gz", ".arc", ".arc.gz"), WarcSource, tuple(WARC_COLUMNS)),
 )}
 #: the format of an input whose names say nothing (``data/*``)
 DEFAULT = "jsonl"

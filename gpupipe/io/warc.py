@@ -5,8 +5,9 @@ Records are parsed by FastWARC (Resiliparse), ARC files by warcio. A run keeps t
 records whose HTTP content type is HTML or text (`TEXT_TYPES`); every record is counted by its
 ``WARC-Type`` in run.json (``read.records``), and responses of other types by their content type
 (``read.skipped``). The HTTP body is decoded with the charset the HTTP header (or, failing that, a
-``<meta>`` tag) declares; when that is missing, unknown or wrong, with charset-normalizer's
-detection (counted as ``read.charset_detected``). A body nothing decodes is set aside.
+``<meta>`` tag) declares; when that is missing, unknown or wrong, with a detected charset
+(counted as ``read.charset_detected``): uchardet's guess (Resiliparse's, as browsers sniff), else
+charset-normalizer's. A body charset-normalizer finds no text in is set aside.
 
 Columns: ``id`` (the ``WARC-Record-ID``), ``text`` (the decoded body), and `COLUMNS`, carried
 through the run.
@@ -52,6 +53,8 @@ COLUMNS = {"url": pa.string(), "warc_date": pa.string(), "warc_record_id": pa.st
 DEFAULT_BLOCKSIZE = 64 * 2**20
 GZIP_MAGIC = b"\x1f\x8b\x08"
 _RECORD_START = re.compile(rb"\r\n\r\n(WARC/1\.[01]\r\n)")
+#: what may follow a record's block in its unit: line ends, then the next record or nothing
+_AFTER_BLOCK = re.compile(rb"[\r\n]*(?:WARC/1\.[01]\r\n|\Z)")
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 _PROBE = 1 << 16
 
@@ -291,8 +294,9 @@ class _Collector:
 
 def decode_body(body: bytes, declared: str | None) -> tuple[str | None, int]:
     """``(text, 1 if detected else 0)``: the body decoded with the declared charset (HTTP
-    header, else a ``<meta>`` tag in its first 2 kB), else UTF-8, else by charset-normalizer's
-    detection; ``(None, 0)`` when nothing decodes it. NUL characters are removed.
+    header, else a ``<meta>`` tag in its first 2 kB), else UTF-8, else with the charset uchardet
+    (Resiliparse) detects, else charset-normalizer's; ``(None, 0)`` when charset-normalizer finds
+    no text in it (binary junk). NUL characters are removed.
 
     >>> decode_body("café".encode("latin-1"), "iso-8859-1")
     ('café', 0)
@@ -312,10 +316,26 @@ def decode_body(body: bytes, declared: str | None) -> tuple[str | None, int]:
     best = from_bytes(body).best()
     if best is None:
         return None, 0
+    # charset-normalizer alone takes Western European text for Baltic or Central European (and
+    # "café" in Latin-1 for UTF-16); uchardet, the browsers' kind of detector, does not
+    guess = _uchardet(body)
+    if guess is not None:
+        try:
+            return _clean(body.decode(guess)), 1
+        except (LookupError, UnicodeError):
+            pass
     try:
         return _clean(str(best)), 1
     except UnicodeError:
         return None, 0
+
+
+def _uchardet(body: bytes) -> str | None:
+    try:
+        from resiliparse.parse.encoding import detect_encoding
+    except ImportError:
+        return None
+    return detect_encoding(body)
 
 
 def _clean(text: str) -> str:
@@ -341,33 +361,43 @@ def _read_units(units, out: _Collector) -> None:
             continue
         try:
             for record in ArchiveIterator(io.BytesIO(data), parse_http=False):
-                _record(record, offset, out)
+                if not _record(record, data, offset, out):
+                    break   # what follows a Content-Length that lies is not a record
         except OSError as e:
             out.reject(offset, "bad_record", f"not a valid WARC record ({e}); a wrong "
                        f"Content-Length, or bytes between records", data)
 
 
-def _record(record, offset: int, out: _Collector) -> None:
+def _record(record, data: bytes, offset: int, out: _Collector) -> bool:
+    """Count and collect one record of ``data`` (its unit); False when its Content-Length
+    lies, a ``bad_record`` after which the rest of the unit is not read."""
     kind = record.headers.get("WARC-Type") or "(none)"
     declared = record.content_length
-    if kind != "response":
-        body = record.reader.read()
-        if len(body) != declared:
-            out.reject(offset, "bad_record", f"{kind} record: Content-Length {declared:,}, "
-                       f"but {len(body):,} bytes follow")
-            return
-        out.records[kind] = out.records.get(kind, 0) + 1
-        return
     block = record.reader.read()
     url = record.headers.get("WARC-Target-URI") or ""
-    if len(block) != declared:
-        out.records["response"] = out.records.get("response", 0) + 1
-        out.reject(offset, "bad_record", f"{url}: Content-Length {declared:,}, but "
-                   f"{len(block):,} bytes follow", block)
-        return
+    if len(block) != declared or not _block_ends(data, record):
+        out.records[kind] = out.records.get(kind, 0) + 1
+        follow = f"{len(block):,} bytes follow" if len(block) != declared else (
+            "more bytes follow before the next record")
+        out.reject(offset, "bad_record", f"{kind} record {url}: Content-Length {declared:,}, "
+                   f"but {follow}", block)
+        return False
+    if kind != "response":
+        out.records[kind] = out.records.get(kind, 0) + 1
+        return True
     status, ctype, charset, body = parse_http(block)
+    del block
     out.response(offset, record.record_id, record.headers.get("WARC-Date") or "", url,
                  status, ctype, charset, body)
+    return True
+
+
+def _block_ends(data: bytes, record) -> bool:
+    """Whether the record's block, ``Content-Length`` bytes after its header, ends where the
+    next record or the unit does (line ends between them aside). A Content-Length that is too
+    small leaves bytes that FastWARC would otherwise hand over as a shorter block."""
+    head = data.find(b"\r\n\r\n", record.stream_pos)
+    return head >= 0 and _AFTER_BLOCK.match(data, head + 4 + record.content_length) is not None
 
 
 _STATUS = re.compile(rb"HTTP/\d(?:\.\d)? (\d{3})")

@@ -98,7 +98,8 @@ def _check_stages(pipeline) -> None:
     from gpupipe.stages.base import CheckContext
 
     stages = pipeline.all_stages()
-    columns = frozenset(c for spec in pipeline.sources().values() for c in spec.columns)
+    columns = frozenset(c for spec in pipeline.sources().values()
+                        for c in spec.carried_columns())
     for pos, st in enumerate(stages):
         ctx = CheckContext(output_dir=pipeline.output.path, position=pos,
                            earlier=tuple(stages[:pos]), input_columns=columns)

@@ -93,7 +93,8 @@ def run_segments(pipeline, client, source, segments: list[Segment], fps, out, ba
         extra = sorted({c for st in pipeline.all_stages()[: (seg.positions[-1] + 1
                                                              if seg.positions else 0)]
                         for c in st.added_columns()} | ({"source"} if pipeline.inputs else set())
-                       | {c for spec in pipeline.sources().values() for c in spec.columns})
+                       | {c for spec in pipeline.sources().values()
+                          for c in spec.carried_columns()})
         files = tuple(os.path.join(directory, part_name(i) + ".parquet") for i in range(len(reports)))
         source = ParquetSource(files=files, root=directory, text_column="text", id_column="id",
                                columns=tuple(extra))

@@ -10,6 +10,7 @@ from gpupipe.stages.dedup.exact import ExactDedup
 from gpupipe.stages.dedup.fuzzy import FuzzyDedup
 from gpupipe.stages.dedup.semantic import SemanticDedup
 from gpupipe.stages.dedup.span import SpanDedup
+from gpupipe.stages.dedup.url import UrlDedup
 from gpupipe.stages.filters.decontaminate import Decontaminate
 from gpupipe.stages.filters.language import LanguageId
 from gpupipe.stages.filters.length_filter import LengthFilter
@@ -20,6 +21,7 @@ from gpupipe.stages.filters.quality import (
     GopherRepetition,
 )
 from gpupipe.stages.filters.simple import RegexFilter, Sample, SymbolRatioFilter, WordCountFilter
+from gpupipe.stages.filters.url import UrlFilter
 from gpupipe.stages.layout.repartition import Repartition
 from gpupipe.stages.models.classify import Classify
 from gpupipe.stages.models.embed import Embed
@@ -42,6 +44,8 @@ __all__ = [
     "C4Quality",
     "Decontaminate",
     "ExactDedup",
+    "UrlDedup",
+    "UrlFilter",
     "ExtractHtml",
     "FuzzyDedup",
     "Filter",

@@ -87,8 +87,8 @@ def _child_main() -> None:
         fn = extractor(name, options)
         _send(out, "ready")
         while True:
-            for result in extract_all(fn, _recv(inp)):
-                _send(out, result)
+            for html in _recv(inp):   # one reply per document, sent as soon as it is done
+                _send(out, extract_all(fn, [html])[0])
     except EOFError:
         return
 
