@@ -30,6 +30,10 @@ READ_REASONS = (
     "bad_id",
     "truncated_record",
     "corrupt_file",
+    # WARC input (`gpupipe.io.warc`)
+    "bad_record",
+    "not_http",
+    "undecodable_body",
 )
 
 

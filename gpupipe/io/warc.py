@@ -40,6 +40,7 @@ import zlib
 import pandas as pd
 import pyarrow as pa
 
+from gpupipe.errors import InputError
 from gpupipe.frame import ID, TEXT, from_arrow
 from gpupipe.io.files import derived_id_prefix
 from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
@@ -224,8 +225,6 @@ class WarcSource:
                         f, start, end)
                     _read_units(units, out)
         except OSError as e:
-            from gpupipe.errors import InputError
-
             raise InputError(f"{path}: cannot read the file ({e})") from e
         table = out.table()
         stats = {"files": 1 if start == 0 else 0, "compressed_bytes": on_disk,
@@ -405,8 +404,8 @@ _STATUS = re.compile(rb"HTTP/\d(?:\.\d)? (\d{3})")
 
 def parse_http(block: bytes) -> tuple[int | None, str | None, str | None, bytes]:
     """``(status, content type, charset, body)`` of an HTTP response block; status None when it
-    is not one. The body is decoded from its ``Content-Encoding`` (gzip, deflate, br where
-    installed) when it has one.
+    is not one. A body with ``Content-Encoding: gzip`` or ``deflate`` is decoded (Common Crawl
+    stores bodies decoded, keeping the header: such a body is used as it is).
 
     >>> parse_http(b"HTTP/1.1 200 OK\\r\\nContent-Type: text/html; charset=UTF-8\\r\\n\\r\\n<p>hi")
     (200, 'text/html; charset=UTF-8', 'utf-8', b'<p>hi')
@@ -437,20 +436,30 @@ def parse_http(block: bytes) -> tuple[int | None, str | None, str | None, bytes]
 
 
 def _read_arc(path: str, out: _Collector) -> None:
-    """An ARC file, through warcio (each ARC record reads as a WARC ``response``)."""
+    """An ARC file, through warcio (each ARC record reads as a WARC ``response``). ARC records
+    have no id: a document's id is ``<file>:<byte offset of its record>``, and
+    ``warc_record_id`` is null."""
     try:
         from warcio.archiveiterator import ArchiveIterator
     except ImportError:
         from gpupipe.errors import SpecError
 
         raise SpecError("ARC input needs warcio: pip install 'gpupipe[web]'") from None
+    damage = None   # warcio reads a cut gzip member without a word: find it first
+    if is_gzip(path):
+        with open(path, "rb") as f:
+            damage = next(((offset, error) for offset, _, error in _gzip_units(f, 0, -1)
+                           if error is not None), None)
     with open(path, "rb") as f:
         it = ArchiveIterator(f, arc2warc=True)
         try:
             for record in it:
-                offset = it.get_record_offset()
                 kind = record.rec_type
-                block = record.raw_stream.read()
+                body = record.content_stream().read()   # before the offset: warcio reads on
+                offset = it.get_record_offset()
+                if damage is not None and offset >= damage[0]:
+                    out.reject(offset, "truncated_record", "record cut off by the damage")
+                    break
                 if kind != "response":
                     out.records[kind] = out.records.get(kind, 0) + 1
                     continue
@@ -459,12 +468,16 @@ def _read_arc(path: str, out: _Collector) -> None:
                 charset = None
                 if ctype and "charset=" in ctype.lower():
                     charset = ctype.lower().split("charset=")[-1].split(";")[0].strip() or None
-                out.response(offset, record.rec_headers.get_header("WARC-Record-ID"),
-                             record.rec_headers.get_header("WARC-Date") or "",
+                out.response(offset, None, record.rec_headers.get_header("WARC-Date") or "",
                              record.rec_headers.get_header("WARC-Target-URI") or "",
                              int(status) if status and status.isdigit() else None, ctype,
-                             charset, block)
+                             charset, body)
+        except InputError:   # a record set aside under on_error: fail
+            raise
         except Exception as e:   # warcio raises several kinds on damage
-            out.corrupt = 1
-            out.rejections.add(path, None, "corrupt_file", f"cannot read on ({type(e).__name__}: "
-                               f"{e}); the records before it are kept")
+            damage = damage or (None, f"cannot read on ({type(e).__name__}: {e})")
+    if damage is not None:
+        out.corrupt = 1
+        where = "" if damage[0] is None else f"gzip member at byte {damage[0]}: "
+        out.rejections.add(path, None, "corrupt_file", f"{where}{damage[1]}; the records "
+                           f"before it are kept")

@@ -62,5 +62,5 @@ def test_an_unknown_format_name_is_refused_with_the_known_ones():
     with pytest.raises(gp.SpecError, match="input.format"):
         gp.Pipeline(input={"path": "data/sample", "format": "csv"}, output="out/x")
     with pytest.raises(gp.SpecError, match=r"unknown input format 'jsnl' — did you mean "
-                                           r"'jsonl'\? \(known: jsonl, parquet\)"):
+                                           r"'jsonl'\? \(known: jsonl, parquet, warc\)"):
         formats.get("jsnl")

@@ -1,0 +1,256 @@
+"""extract_html: character for character what the extractor library gives when called directly,
+in the worker (``timeout: null``) and in the helper process; drops by reason; a page that runs
+past the timeout is dropped without holding the others, and its helper process is reaped."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+
+from gpupipe.frame import STRING
+from gpupipe.runner.sources import make_source
+from gpupipe.spec import InputSpec
+from gpupipe.stages import ExtractHtml
+from gpupipe.stages.transforms import html_extract
+from tests.conftest import REPO
+
+CRAWL = REPO / "data" / "web" / "docs-crawl.warc.gz"
+TIMEOUTS = [None, 30.0]   # in the worker, and in the helper process
+
+
+def frame(texts) -> pd.DataFrame:
+    return pd.DataFrame({"id": pd.array([str(i) for i in range(len(texts))], dtype=STRING),
+                         "text": pd.array(texts, dtype=STRING)})
+
+
+def run(texts, **params):
+    res = ExtractHtml(**params).process(frame(texts))
+    return res.frame["id"].tolist(), res.frame["text"].tolist(), res.drops
+
+
+@pytest.fixture(scope="module")
+def htmls() -> list[str]:
+    """The 113 HTML pages of the committed crawl."""
+    df = make_source(InputSpec(path=str(CRAWL))).read(0).frame
+    assert len(df) == 113
+    return df["text"].tolist()
+
+
+def resiliparse_text(html: str) -> str:
+    from resiliparse.extract.html2text import extract_plain_text
+
+    return extract_plain_text(html, main_content=True, preserve_formatting=True, list_bullets=True,
+                              alt_texts=False, links=False)
+
+
+def trafilatura_text(html: str) -> str:
+    import trafilatura
+
+    return trafilatura.extract(html, favor_precision=False, favor_recall=False,
+                               include_comments=False, include_tables=True) or ""
+
+
+def justext_text(html: str) -> str:
+    import justext
+
+    return "\n\n".join(p.text for p in justext.justext(html, justext.get_stoplist("English"))
+                       if not p.is_boilerplate)
+
+
+def helpers_running() -> set[int]:
+    """This process's children that run the extraction helper (its own helpers: those of a Dask
+    worker that another test started are grandchildren)."""
+    out = set()
+    for p in psutil.Process().children(recursive=False):
+        try:
+            if any(a.endswith("html_extract.py") for a in p.cmdline()):
+                out.add(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def pooled() -> dict:
+    """This thread's helper processes, by extractor configuration."""
+    return getattr(html_extract._helpers, "pool", {})
+
+
+def resiliparse_helper() -> int | None:
+    """The pid of the helper this thread keeps for the stage's default Resiliparse options."""
+    key = ("resiliparse", tuple(sorted(ExtractHtml().options().items())))
+    helper = pooled().get(key)
+    return helper.proc.pid if helper is not None and helper.alive() else None
+
+
+@pytest.fixture(autouse=True)
+def own_helpers():
+    """Each test starts without helpers in this thread and ends by closing the ones it started:
+    every one is then gone, none left a zombie. Yields: the helper processes running now that
+    were not running before the test (another thread's are left alone)."""
+    for key in list(pooled()):
+        pooled().pop(key).close()
+    others = helpers_running()
+    yield lambda: helpers_running() - others
+    pids = [h.proc.pid for h in pooled().values()]
+    for key in list(pooled()):
+        pooled().pop(key).close()
+    assert helpers_running() - others == set()
+    assert not any(psutil.pid_exists(pid) for pid in pids)
+
+
+# -- equality with the library ------------------------------------------------------------------
+
+@pytest.mark.parametrize("timeout", TIMEOUTS, ids=["in_worker", "helper"])
+def test_resiliparse_equals_the_library_on_every_page(htmls, timeout):
+    expected = [resiliparse_text(h) for h in htmls]
+    assert all(t.strip() for t in expected)   # every page has main text: none is dropped
+    ids, texts, drops = run(htmls, timeout=timeout)
+    assert ids == [str(i) for i in range(113)] and drops == {}
+    assert texts == expected
+    assert sum(len(t) for t in texts) < sum(len(h) for h in htmls) // 4   # markup is gone
+
+
+@pytest.mark.parametrize("timeout", TIMEOUTS, ids=["in_worker", "helper"])
+def test_trafilatura_equals_the_library(htmls, timeout):
+    subset = htmls[::8]   # 15 pages (trafilatura is slow)
+    assert len(subset) == 15
+    expected = [trafilatura_text(h) for h in subset]
+    assert all(t.strip() for t in expected)
+    ids, texts, drops = run(subset, extractor="trafilatura", timeout=timeout)
+    assert ids == [str(i) for i in range(15)] and drops == {}
+    assert texts == expected
+
+
+@pytest.mark.parametrize("timeout", TIMEOUTS, ids=["in_worker", "helper"])
+def test_justext_equals_the_library(htmls, timeout):
+    subset = htmls[3::8]   # 14 pages
+    expected = [justext_text(h) for h in subset]
+    kept = [i for i, t in enumerate(expected) if t.strip()]
+    ids, texts, drops = run(subset, extractor="justext", timeout=timeout)
+    assert ids == [str(i) for i in kept] and texts == [expected[i] for i in kept]
+    # jusText takes every paragraph of one page for boilerplate: dropped as no_main_text
+    assert (len(subset), len(kept)) == (14, 13) and drops == {"no_main_text": 1}
+
+
+# -- drops ---------------------------------------------------------------------------------------
+
+EMPTY = ["", "   \n", "<html><body><script>var x = 1;</script></body></html>",
+         "<html><head><style>p {color: red}</style></head><body></body></html>"]
+
+
+@pytest.mark.parametrize("extractor", ["resiliparse", "trafilatura", "justext"])
+@pytest.mark.parametrize("timeout", TIMEOUTS, ids=["in_worker", "helper"])
+def test_no_main_text(htmls, extractor, timeout):
+    docs = [EMPTY[0], htmls[0], EMPTY[1], EMPTY[2], htmls[1], EMPTY[3]]
+    ids, texts, drops = run(docs, extractor=extractor, timeout=timeout)
+    assert ids == ["1", "4"] and drops == {"no_main_text": 4}
+    fn = {"resiliparse": resiliparse_text, "trafilatura": trafilatura_text,
+          "justext": justext_text}[extractor]
+    assert texts == [fn(htmls[0]), fn(htmls[1])]
+
+
+@pytest.mark.parametrize("timeout", TIMEOUTS, ids=["in_worker", "helper"])
+def test_a_page_the_library_fails_on_is_an_extract_error(htmls, timeout):
+    """jusText (lxml) raises "Document is empty" on a page of only a comment; that page is
+    dropped as extract_error and the others are extracted."""
+    import justext
+    import lxml.etree
+
+    with pytest.raises(lxml.etree.ParserError, match="Document is empty"):
+        justext.justext("<!-- nothing but a comment -->", justext.get_stoplist("English"))
+    docs = [htmls[0], "<!-- nothing but a comment -->", htmls[1]]
+    res = ExtractHtml(extractor="justext", timeout=timeout, keep_rejected=True).process(
+        frame(docs))
+    assert res.frame["id"].tolist() == ["0", "2"] and res.drops == {"extract_error": 1}
+    assert res.frame["text"].tolist() == [justext_text(htmls[0]), justext_text(htmls[1])]
+    assert res.rejected["id"].tolist() == ["1"]
+    assert res.rejected["reason"].tolist() == ["extract_error"]
+
+
+def test_annotate_mode_keeps_every_row(htmls):
+    res = ExtractHtml(timeout=None, mode="annotate").process(frame([htmls[0], "", htmls[1]]))
+    assert res.frame["id"].tolist() == ["0", "1", "2"]
+    assert res.frame["extract_html_reason"].isna().tolist() == [True, False, True]
+    assert res.frame["extract_html_reason"][1] == "no_main_text"
+    assert res.counters == {"flagged:no_main_text": 1}
+    assert res.frame["text"].tolist() == [resiliparse_text(htmls[0]), "", resiliparse_text(htmls[1])]
+
+
+# -- the timeout ----------------------------------------------------------------------------------
+
+#: 20,000 nested <div>s: Resiliparse's main-content pass is quadratic in the depth and takes
+#: 8.4 s here on this page (10,000: 1.9 s; without main_content: 0.02 s), the crawl's pages
+#: at most 8 ms each; a timeout of 0.8 s leaves a margin of 10x on either side.
+SLOW = "<html><body>" + "<div>" * 20_000 + "x" + "</div>" * 20_000 + "</body></html>"
+TIMEOUT = 0.8
+
+
+def test_a_page_past_the_timeout_is_dropped_and_its_helper_reaped(htmls, own_helpers):
+    normal = htmls[:6]
+    run(normal[:1], timeout=TIMEOUT)   # the helper this configuration keeps
+    first = resiliparse_helper()
+    assert first is not None and own_helpers() == {first}
+    docs = htmls[:3] + [SLOW] + htmls[3:6]
+    start = time.monotonic()
+    ids, texts, drops = run(docs, timeout=TIMEOUT)
+    elapsed = time.monotonic() - start
+    assert ids == ["0", "1", "2", "4", "5", "6"] and drops == {"extract_timeout": 1}
+    assert texts == [resiliparse_text(h) for h in normal]   # before and after it, as the library
+    assert TIMEOUT < elapsed < 30
+    # the helper that ran past the timeout was killed and waited for (no zombie); the one
+    # that went on with the pages after it is kept for the next partition
+    second = resiliparse_helper()
+    assert second not in (None, first) and not psutil.pid_exists(first)
+    assert own_helpers() == {second}
+    assert run(htmls[6:8], timeout=TIMEOUT)[1] == [resiliparse_text(h) for h in htmls[6:8]]
+    assert resiliparse_helper() == second and own_helpers() == {second}
+
+
+def test_timeouts_in_a_row_and_at_the_ends(htmls, own_helpers):
+    """Slow pages first, last and back to back: each is dropped on its own, every other page is
+    extracted."""
+    docs = [SLOW, htmls[0], SLOW, SLOW, htmls[1], SLOW]
+    start = time.monotonic()
+    ids, texts, drops = run(docs, timeout=TIMEOUT)
+    assert time.monotonic() - start < 30
+    assert ids == ["1", "4"] and drops == {"extract_timeout": 4}
+    assert texts == [resiliparse_text(htmls[0]), resiliparse_text(htmls[1])]
+    # the last page killed the last helper: none is left running, none was left behind
+    assert resiliparse_helper() is None and own_helpers() == set()
+
+
+# -- measures and parameters ----------------------------------------------------------------------
+
+def test_measures_count_characters(htmls):
+    small = "<html><body><main><p>Café — naïve façade, 東京.</p></main></body></html>"
+    docs = [htmls[0], htmls[1], small]
+    m = ExtractHtml(timeout=None).measures(frame(docs))
+    assert set(m) == {"html_chars", "text_chars"}
+    assert m["html_chars"].tolist() == [22_554, 15_097, 70] == [len(h) for h in docs]
+    assert len(small.encode("utf-8")) == 79   # characters, not bytes
+    assert m["text_chars"].tolist() == [len(resiliparse_text(h)) for h in docs]
+    assert m["text_chars"][2] == len("Café — naïve façade, 東京.") == 24
+    assert m["html_chars"].dtype.kind == m["text_chars"].dtype.kind == "i"
+    helper = ExtractHtml(timeout=30.0).measures(frame(docs))
+    assert all(np.array_equal(helper[k], m[k]) for k in m)
+
+
+def test_bad_parameters():
+    with pytest.raises(ValueError, match="favor_precision and favor_recall exclude each other"):
+        ExtractHtml(extractor="trafilatura", favor_precision=True, favor_recall=True)
+    with pytest.raises(ValueError, match="justext has no stop words for 'Klingon'"):
+        ExtractHtml(extractor="justext", language="Klingon")
+    with pytest.raises(ValueError, match="'english' — did you mean 'English'"):
+        ExtractHtml(extractor="justext", language="english")
+    with pytest.raises(ValueError, match="greater than 0"):
+        ExtractHtml(timeout=0)
+    with pytest.raises(ValueError, match="'resiliparse', 'trafilatura' or 'justext'"):
+        ExtractHtml(extractor="boilerpipe")
+    assert ExtractHtml(extractor="justext", language="German").options() == {"language": "German"}
+    assert ExtractHtml(extractor="trafilatura", favor_precision=True).options() == {
+        "favor_precision": True, "favor_recall": False, "include_comments": False,
+        "include_tables": True}
