@@ -39,6 +39,7 @@ import zlib
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpupipe.errors import InputError
 from gpupipe.frame import ID, TEXT, from_arrow
@@ -229,7 +230,8 @@ class WarcSource:
         table = out.table()
         stats = {"files": 1 if start == 0 else 0, "compressed_bytes": on_disk,
                  "bytes": out.bytes, "files_corrupt": out.corrupt, "blank_lines": 0,
-                 "docs": table.num_rows, "text_bytes": out.text_bytes,
+                 "docs": table.num_rows,
+                 "text_bytes": int(pc.sum(pc.binary_length(table.column(TEXT))).as_py() or 0),
                  "records": dict(out.records), "skipped": dict(out.skipped),
                  "charset_detected": out.detected}
         return ReadResult(from_arrow(table), stats, rejections.counts, rejections.table())
@@ -252,7 +254,7 @@ class _Collector:
         self.rows: dict[str, list] = {k: [] for k in (ID, TEXT, *COLUMNS)}
         self.records: dict[str, int] = {}
         self.skipped: dict[str, int] = {}
-        self.bytes = self.text_bytes = self.corrupt = self.detected = 0
+        self.bytes = self.corrupt = self.detected = 0
 
     def reject(self, offset: int, reason: str, detail: str, raw: bytes = b"") -> None:
         self.rejections.add(self.path, None, reason, f"record at byte {offset}: {detail}",
@@ -277,8 +279,6 @@ class _Collector:
             return
         self.detected += detected
         self.bytes += len(body)
-        encoded = len(text.encode("utf-8", "surrogatepass"))
-        self.text_bytes += encoded
         for key, value in ((ID, record_id or f"{self.name}:{offset}"), (TEXT, text),
                            ("url", url), ("warc_date", date),
                            ("warc_record_id", record_id), ("content_type", mime),
@@ -307,8 +307,8 @@ def decode_body(body: bytes, declared: str | None) -> tuple[str | None, int]:
         declared = m.group(1).decode("ascii") if m else None
     for charset in dict.fromkeys(c for c in (declared, "utf-8") if c):
         try:
-            return _clean(body.decode(charset)), 0
-        except (LookupError, UnicodeDecodeError):
+            return _clean(body.decode(charset), charset, body), 0
+        except (LookupError, UnicodeError):
             continue
     from charset_normalizer import from_bytes
 
@@ -320,11 +320,11 @@ def decode_body(body: bytes, declared: str | None) -> tuple[str | None, int]:
     guess = _uchardet(body)
     if guess is not None:
         try:
-            return _clean(body.decode(guess)), 1
+            return _clean(body.decode(guess), guess, body), 1
         except (LookupError, UnicodeError):
             pass
     try:
-        return _clean(str(best)), 1
+        return _clean(str(best), best.encoding, body), 1
     except UnicodeError:
         return None, 0
 
@@ -337,9 +337,14 @@ def _uchardet(body: bytes) -> str | None:
     return detect_encoding(body)
 
 
-def _clean(text: str) -> str:
+def _clean(text: str, charset: str, body: bytes) -> str:
+    """``text`` without NUL characters; ``UnicodeError`` when it holds a lone surrogate, which
+    has no UTF-8 form (a decoder other than UTF-8's can give one: ``unicode_escape``)."""
+    if charset.lower().replace("_", "-") in ("utf-8", "utf8", "ascii", "us-ascii"):
+        # no surrogates come out of these; a NUL character only from a NUL byte
+        return text.replace("\x00", "") if b"\x00" in body else text
     text = text.replace("\x00", "")
-    text.encode("utf-8")   # lone surrogates (from utf-16 bodies) raise here
+    text.encode("utf-8")
     return text
 
 
