@@ -56,9 +56,25 @@ $(UCX_VENV)/.installed: $(STAMP)
 		&& touch $@ \
 		|| echo "make: the UCX packages could not be installed; the UCX test in tests/cluster will skip"
 
+# MosaicML Streaming for tests/shards/test_mds.py: mosaicml-streaming 0.13 pins numpy < 2.2 and
+# transformers < 5, which the suite's venv cannot have, so it lives in a venv of its own over the
+# suite's packages (a .pth, as for UCX) with the few libraries it imports. Without it that test
+# skips.
+STREAMING_VENV := .venv-streaming
+STREAMING_SITE  = $$($(STREAMING_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+$(STREAMING_VENV)/.installed: $(STAMP)
+	@test -x $(STREAMING_VENV)/bin/python || $(PYTHON) -m venv $(STREAMING_VENV)
+	@$(STREAMING_VENV)/bin/python -m pip install --quiet --no-deps 'mosaicml-streaming==0.13.*' \
+		python-snappy cramjam zstd pillow catalogue \
+		&& echo "import site; site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+			> "$(STREAMING_SITE)/zz_gpupipe_suite.pth" \
+		&& touch $@ \
+		|| echo "make: mosaicml-streaming could not be installed; tests/shards/test_mds.py will skip its read-back"
+
 # two test processes (the suite's heavy tests run subprocesses and clusters of their own)
 TEST_JOBS ?= 2
-test: $(STAMP) $(TRITON_VENV)/.installed $(SLURM_TRIED) $(UCX_VENV)/.installed
+test: $(STAMP) $(TRITON_VENV)/.installed $(SLURM_TRIED) $(UCX_VENV)/.installed \
+	$(STREAMING_VENV)/.installed
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup
 
 # The API contract with cuDF 26.10 / dask-cuda / KvikIO: installs '.[gpu]' (about 5 GB, no GPU

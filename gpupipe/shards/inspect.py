@@ -76,7 +76,7 @@ def decode_document(shards_dir: str, prefix: str, k: int, tokenizer: str | None 
     manifest = read_manifest(shards_dir)
     fmt = formats.of_manifest(manifest["format"], os.path.join(shards_dir, "manifest.json"))
     if fmt.reader is None:
-        raise InputError(f"decoding is implemented for {', '.join(formats.readable())} shards; "
+        raise InputError(f"decoding is implemented for {' and '.join(formats.readable())} shards; "
                          f"gpupipe has no reader of {fmt.name} shards ({fmt.manifest_format})")
     known = [s["prefix"] for s in manifest["shards"]]
     if prefix not in known:

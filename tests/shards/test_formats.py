@@ -20,9 +20,9 @@ from gpupipe.spec import ShardSpec
 from gpupipe.stages import LengthFilter, NormalizeText, Tokenize
 
 
-def test_the_registry_lists_both_formats_by_both_names():
+def test_the_registry_lists_every_format_by_both_names():
     assert {n: f.manifest_format for n, f in formats.FORMATS.items()} == {
-        "megatron": "megatron-mmidx-v1", "datatrove": "datatrove-ds"}
+        "megatron": "megatron-mmidx-v1", "datatrove": "datatrove-ds", "mds": "mosaicml-mds-v2"}
     for name, fmt in formats.FORMATS.items():
         assert fmt.name == name and issubclass(fmt, ShardFormat)
         assert formats.get(name) is fmt and formats.of_manifest(fmt.manifest_format) is fmt
@@ -30,7 +30,7 @@ def test_the_registry_lists_both_formats_by_both_names():
     assert megatron.suffixes == (".bin", ".idx") and megatron.reader is IndexedDataset
     assert megatron.writes_data_args and not datatrove.writes_data_args
     assert datatrove.suffixes == (".ds", ".ds.index", ".ds.metadata") and datatrove.reader is None
-    assert formats.readable() == ("megatron",)
+    assert formats.readable() == ("megatron", "mds")
     # the pipeline file accepts exactly the registered names
     assert typing.get_args(ShardSpec.model_fields["format"].annotation) == tuple(formats.FORMATS)
     assert ShardSpec().format == "megatron"
@@ -38,12 +38,13 @@ def test_the_registry_lists_both_formats_by_both_names():
 
 def test_unknown_formats_name_the_known_ones():
     with pytest.raises(gp.SpecError, match=r"unknown shard format 'megatronn' — did you mean "
-                                           r"'megatron'\? \(known: megatron, datatrove\)"):
+                                           r"'megatron'\? \(known: megatron, datatrove, mds\)"):
         formats.get("megatronn")
     with pytest.raises(gp.InputError, match=r"x/manifest.json: unknown shard format 'webdataset' "
-                                            r"\(known: megatron-mmidx-v1, datatrove-ds\)"):
+                                            r"\(known: megatron-mmidx-v1, datatrove-ds, "
+                                            r"mosaicml-mds-v2\)"):
         formats.of_manifest("webdataset", "x/manifest.json")
-    with pytest.raises(gp.SpecError, match="'megatron' or 'datatrove'"):
+    with pytest.raises(gp.SpecError, match="'megatron', 'datatrove' or 'mds'"):
         gp.Pipeline(input={"path": "data/sample"}, output={"path": "o", "shards": {
             "format": "webdataset"}}, stages=[])
 
@@ -91,8 +92,8 @@ def test_a_datatrove_run_through_the_registry(client, tmp_path, small_corpus, ca
     assert "train/train-00000.ds/.ds.index/.ds.metadata" in printed
     assert "Decoded" not in printed and "--data-args-path" not in printed
 
-    with pytest.raises(gp.InputError, match="decoding is implemented for megatron shards; "
-                                            "gpupipe has no reader of datatrove shards"):
+    with pytest.raises(gp.InputError, match="decoding is implemented for megatron and mds "
+                                            "shards; gpupipe has no reader of datatrove shards"):
         decode_document(d, "train/train-00000", 0)
     with pytest.raises(ValueError, match="no reader of datatrove shards"):
         ShardSet(d)

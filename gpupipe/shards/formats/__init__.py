@@ -23,12 +23,14 @@ from __future__ import annotations
 from gpupipe.errors import InputError, SpecError, did_you_mean
 from gpupipe.shards.formats.base import ShardFormat, ShardReader
 from gpupipe.shards.formats.datatrove import DatatroveFormat
+from gpupipe.shards.formats.mds import MdsFormat
 from gpupipe.shards.formats.megatron import MegatronFormat
 
 #: pipeline-file name -> format (`output.shards.format`)
 FORMATS: dict[str, type[ShardFormat]] = {f.name: f for f in (
     MegatronFormat,
     DatatroveFormat,
+    MdsFormat,
 )}
 
 __all__ = ["FORMATS", "ShardFormat", "ShardReader", "all_suffixes", "get", "of_manifest",

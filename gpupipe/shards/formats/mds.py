@@ -1,0 +1,156 @@
+"""MosaicML Streaming MDS shards: ``P.mds`` per shard prefix and, per split directory, the
+``index.json`` that ``streaming.StreamingDataset(local=<shards>/<split>)`` reads.
+
+One sequence per sample, in one column ``tokens`` encoded ``ndarray:<dtype>`` (the shard dtype,
+uint16 or int32; a 1-D array of dynamic length), uncompressed. The bytes follow streaming 0.13's
+``MDSWriter`` exactly (``streaming/base/format/mds``): the sample count (uint32), the sample
+offsets (uint32, from the start of the file), the writer's configuration as sorted JSON, then
+the samples. Each sample is its encoded size (uint32) then the array: one byte
+``ndim << 2 | shape dtype`` (the smallest unsigned type holding the length), the length, the
+tokens. gpupipe writes the files itself, so that a shard is one file named like its Megatron
+twin and the bytes depend only on the tokens; the tests read them with streaming itself.
+
+``index.json`` lists a split's shards in shard order and is written after all of them,
+before the manifest (the run's commit marker).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+
+import numpy as np
+
+from gpupipe.io.writer import write_bytes, write_json
+from gpupipe.shards.formats.base import ShardFormat
+
+#: uint32 offsets: the largest shard file MDS can address
+MAX_BYTES = 2**32 - 1
+_SHAPE_DTYPES = ((1 << 8, np.uint8, 0), (1 << 16, np.uint16, 1), (1 << 32, np.uint32, 2))
+
+
+def config(dtype: np.dtype) -> dict:
+    """The writer configuration MDS stores in every shard and index entry."""
+    return {"column_encodings": [f"ndarray:{np.dtype(dtype).name}"], "column_names": ["tokens"],
+            "column_sizes": [None], "compression": None, "format": "mds", "hashes": [],
+            "size_limit": None, "version": 2}
+
+
+def encode_shard(tokens: np.ndarray, lengths: np.ndarray) -> bytes:
+    """The bytes of one ``.mds`` file holding one sample per sequence."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if (lengths <= 0).any():
+        raise ValueError("MDS cannot hold an empty sequence (its ndarray encoding refuses "
+                         "zero elements); keep append_eod on")
+    item = tokens.dtype.itemsize
+    shape_bytes = np.select([lengths < 1 << 8, lengths < 1 << 16], [1, 2], 4)
+    sizes = 1 + shape_bytes + lengths * item            # the encoded array
+    samples = 4 + sizes                                 # its size first
+    head = json.dumps(config(tokens.dtype), sort_keys=True).encode("utf-8")
+    n = len(lengths)
+    start = 4 + 4 * (n + 1) + len(head)
+    offsets = start + np.concatenate([[0], np.cumsum(samples)])
+    if offsets[-1] > MAX_BYTES:
+        raise ValueError(f"an MDS shard holds at most 4 GiB ({offsets[-1]:,} bytes asked): "
+                         f"raise output.shards.num_shards or lower target_shard_tokens")
+    out = bytearray(int(offsets[-1]))
+    out[:4] = np.uint32(n).tobytes()
+    out[4:4 + 4 * (n + 1)] = offsets.astype("<u4").tobytes()
+    out[4 + 4 * (n + 1):start] = head
+    data = tokens.astype(tokens.dtype.newbyteorder("<"), copy=False).tobytes()
+    ends = np.cumsum(lengths) * item
+    pos = start
+    for k in range(n):
+        length, sb = int(lengths[k]), int(shape_bytes[k])
+        code = {1: 0, 2: 1, 4: 2}[sb]
+        out[pos:pos + 4] = int(sizes[k]).to_bytes(4, "little")
+        out[pos + 4] = (1 << 2) | code
+        out[pos + 5:pos + 5 + sb] = length.to_bytes(sb, "little")
+        body = pos + 5 + sb
+        out[body:body + length * item] = data[int(ends[k]) - length * item:int(ends[k])]
+        pos = body + length * item
+    return bytes(out)
+
+
+class MdsReader:
+    """One ``.mds`` file written by gpupipe, read back (`ShardReader`)."""
+
+    def __init__(self, prefix: str):
+        with open(prefix + ".mds", "rb") as f:
+            self.data = f.read()
+        try:
+            (n,) = np.frombuffer(self.data, "<u4", 1)
+            self.offsets = np.frombuffer(self.data, "<u4", int(n) + 1, 4).astype(np.int64)
+            head = self.data[4 + 4 * (int(n) + 1):int(self.offsets[0])]
+            self.config = json.loads(head)
+            encoding = self.config["column_encodings"][0]
+            self.dtype = np.dtype(encoding.split(":", 1)[1]).newbyteorder("<")
+        except (ValueError, KeyError, IndexError) as e:
+            raise ValueError(f"{prefix}.mds: not an MDS shard ({e})") from None
+        self.sizes = np.array([self._header(k)[1] for k in range(int(n))], dtype=np.int64)
+
+    def _header(self, k: int) -> tuple[int, int]:
+        """(offset of the tokens, their count) of sample ``k``."""
+        pos = int(self.offsets[k]) + 4
+        byte = self.data[pos]
+        sb = 1 << (byte & 3)
+        length = int.from_bytes(self.data[pos + 1:pos + 1 + sb], "little")
+        return pos + 1 + sb, length
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        start, length = self._header(k)
+        return np.frombuffer(self.data, self.dtype, length, start)
+
+    def verify(self) -> list[str]:
+        problems = []
+        if self.config != config(self.dtype):
+            problems.append(f"configuration {self.config} is not gpupipe's")
+        if int(self.offsets[-1]) != len(self.data):
+            problems.append(f"the last offset {int(self.offsets[-1]):,} is not the file size "
+                            f"{len(self.data):,}")
+        for k in range(len(self)):
+            start, length = self._header(k)
+            if start + length * self.dtype.itemsize != int(self.offsets[k + 1]):
+                problems.append(f"sample {k} does not end at the next offset")
+                break
+        return problems
+
+
+class MdsFormat(ShardFormat):
+    name = "mds"
+    manifest_format = "mosaicml-mds-v2"
+    suffixes = (".mds",)
+    reader = MdsReader
+
+    @classmethod
+    def write(cls, prefix, tokens, lengths, *, tokenizer_name):
+        return {".mds": write_bytes(encode_shard(tokens, lengths), prefix + ".mds")}
+
+    @classmethod
+    def write_data_args(cls, shards_dir, shards, weights):
+        """``<split>/index.json`` (streaming's index, version 2) for every split directory,
+        listing its shards in order."""
+        by_dir: dict[str, list[dict]] = defaultdict(list)
+        for s in shards:
+            folder, name = os.path.split(s["prefix"])
+            info = s["files"][".mds"]
+            dtype = np.dtype(_dtype_of(os.path.join(shards_dir, s["prefix"])))
+            by_dir[folder].append({
+                **config(dtype), "samples": s["sequences"], "zip_data": None,
+                "raw_data": {"basename": name + ".mds", "bytes": info["bytes"], "hashes": {}}})
+        for folder, entries in by_dir.items():
+            write_json({"shards": entries, "version": 2},
+                       os.path.join(shards_dir, folder, "index.json"))
+
+
+def _dtype_of(prefix: str) -> str:
+    """The token dtype a written shard declares (its configuration, after the offsets)."""
+    with open(prefix + ".mds", "rb") as f:
+        n, start = (int(x) for x in np.frombuffer(f.read(8), "<u4"))
+        f.seek(4 + 4 * (n + 1))
+        meta = json.loads(f.read(start - f.tell()))
+    return meta["column_encodings"][0].split(":", 1)[1]

@@ -1,0 +1,138 @@
+"""MDS shards (``output.shards.format: mds``): MosaicML Streaming's own ``StreamingDataset``
+reads every sample back, equal to the tokens of the Megatron shards of the same run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpupipe as gp
+from gpupipe.shards import formats
+from gpupipe.shards.formats.mds import MdsReader, encode_shard
+from gpupipe.shards.megatron import IndexedDataset
+from gpupipe.shards.inspect import verify
+from gpupipe.stages import LengthFilter, NormalizeText, Tokenize
+from tests.conftest import REPO
+
+STREAMING = REPO / ".venv-streaming" / "bin" / "python"
+
+# mosaicml-streaming 0.13 pins numpy < 2.2 and transformers < 5, which the suite's venv cannot
+# have, so it lives in .venv-streaming (make test installs it) over the suite's packages. Its
+# package import loads torchvision for its image datasets, and PyPI's torchvision needs the CUDA
+# build of PyTorch: the three names its vision module imports are given empty stand-ins, which
+# the MDS path never calls.
+READER = r"""
+import hashlib, importlib.machinery, json, sys, types
+for name in ("torchvision", "torchvision.datasets", "torchvision.transforms",
+             "torchvision.transforms.functional"):
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    sys.modules[name] = module
+sys.modules["torchvision.datasets"].VisionDataset = object
+sys.modules["torchvision.datasets"].CIFAR10 = object
+sys.modules["torchvision.transforms.functional"].to_tensor = None
+from streaming import StreamingDataset
+out = {}
+for split in sys.argv[2:]:
+    ds = StreamingDataset(local=f"{sys.argv[1]}/{split}", shuffle=False, batch_size=1)
+    out[split] = [[str(ds[i]["tokens"].dtype), hashlib.sha256(ds[i]["tokens"].tobytes()).hexdigest()]
+                  for i in range(len(ds))]
+print(json.dumps(out))
+"""
+
+
+def run(client, corpus, out, fmt):
+    return gp.Pipeline(
+        input={"path": str(corpus), "id_column": "id"},
+        output={"path": str(out), "shards": {"num_shards": 3, "format": fmt, "seed": 7,
+                                             "splits": {"train": 0.9, "valid": 0.1}}},
+        stages=[NormalizeText(), LengthFilter(min_words=20),
+                Tokenize(tokenizer="data/tokenizer.json")]).run(client=client, progress=False)
+
+
+def digests(shards: str, manifest: dict) -> dict[str, list]:
+    """Per split, (dtype, sha256) of every sequence in shard order, read by gpupipe's reader of
+    the manifest's format."""
+    out: dict[str, list] = {}
+    fmt = formats.of_manifest(manifest["format"])
+    for s in manifest["shards"]:
+        ds = fmt.open(os.path.join(shards, s["prefix"]))
+        out.setdefault(s["split"], []).extend(
+            [str(ds[i].dtype), hashlib.sha256(ds[i].tobytes()).hexdigest()]
+            for i in range(len(ds)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(client, tmp_path_factory, sample_records):
+    from tests.conftest import write_jsonl
+
+    d = tmp_path_factory.mktemp("mds")
+    write_jsonl(d / "in" / "a.jsonl", sample_records[:400])
+    mds = run(client, d / "in", d / "mds", "mds")
+    meg = run(client, d / "in", d / "meg", "megatron")
+    return mds, meg
+
+
+def test_layout_manifest_and_own_reader(runs):
+    mds, meg = runs
+    d = mds.shards_path
+    manifest, problems = verify(d)
+    assert manifest["format"] == "mosaicml-mds-v2" and problems == []
+    assert sorted(os.listdir(os.path.join(d, "train"))) == [
+        "index.json", "train-00000.mds", "train-00001.mds", "train-00002.mds"]
+    index = json.load(open(os.path.join(d, "train", "index.json")))
+    assert index["version"] == 2
+    assert [e["raw_data"]["basename"] for e in index["shards"]] == [
+        f"train-0000{k}.mds" for k in range(3)]
+    assert [e["samples"] for e in index["shards"]] == [
+        s["sequences"] for s in manifest["shards"] if s["split"] == "train"]
+    assert [e["raw_data"]["bytes"] for e in index["shards"]] == [
+        os.path.getsize(os.path.join(d, "train", f"train-0000{k}.mds")) for k in range(3)]
+    theirs = json.load(open(os.path.join(meg.shards_path, "manifest.json")))
+    assert manifest["totals"] == theirs["totals"]
+    # gpupipe's own reader gives the Megatron tokens
+    assert formats.of_manifest(theirs["format"]).reader is IndexedDataset
+    assert digests(d, manifest) == digests(meg.shards_path, theirs)
+    for s in manifest["shards"]:
+        assert MdsReader(os.path.join(d, s["prefix"])).verify() == []
+
+
+@pytest.mark.skipif(not STREAMING.exists(), reason="mosaicml-streaming is not installed in "
+                    ".venv-streaming (make .venv-streaming/.installed)")
+def test_streaming_dataset_reads_every_sample(runs):
+    mds, meg = runs
+    r = subprocess.run([str(STREAMING), "-c", READER, str(mds.shards_path), "train", "valid"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    theirs = digests(meg.shards_path,
+                              json.load(open(os.path.join(meg.shards_path, "manifest.json"))))
+    got = json.loads(r.stdout)
+    assert {k: len(v) for k, v in got.items()} == {k: len(v) for k, v in theirs.items()}
+    assert got == theirs
+
+
+def test_encoding_of_one_shard():
+    """The bytes of a two-sample shard, written out by hand from streaming's format."""
+    tokens = np.array([5, 6, 0] + [7] * 300 + [0], np.uint16)
+    data = encode_shard(tokens, np.array([3, 301]))
+    head = json.dumps({"column_encodings": ["ndarray:uint16"], "column_names": ["tokens"],
+                       "column_sizes": [None], "compression": None, "format": "mds",
+                       "hashes": [], "size_limit": None, "version": 2},
+                      sort_keys=True).encode()
+    start = 4 + 12 + len(head)
+    first = (4 + 1 + 1 + 6)
+    expected = (np.array([2, start, start + first, start + first + 4 + 1 + 2 + 602],
+                         "<u4").tobytes() + head
+                + np.uint32(8).tobytes() + bytes([4 | 0, 3]) + tokens[:3].tobytes()
+                + np.uint32(1 + 2 + 602).tobytes() + bytes([4 | 1]) + (301).to_bytes(2, "little")
+                + tokens[3:].tobytes())
+    assert data == expected
+    with pytest.raises(ValueError, match="empty sequence"):
+        encode_shard(tokens, np.array([0, 304]))
