@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,8 +14,8 @@ import pytest
 import gpupipe as gp
 from gpupipe.shards import formats
 from gpupipe.shards.formats.mds import MdsReader, encode_shard
-from gpupipe.shards.megatron import IndexedDataset
 from gpupipe.shards.inspect import verify
+from gpupipe.shards.megatron import IndexedDataset
 from gpupipe.stages import LengthFilter, NormalizeText, Tokenize
 from tests.conftest import REPO
 
