@@ -54,6 +54,12 @@ class InputSpec(BaseModel):
         default_factory=list,
         description="Parquet input: further columns to read and carry through the run "
                     "unchanged (e.g. an embedding computed elsewhere, for semantic_dedup)")
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="fsspec options for remote paths (s3://, gs://, http(s)://): e.g. "
+                    "{endpoint_url: http://minio:9000} or {anon: true}; credentials also come "
+                    "from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                    "AWS_ENDPOINT_URL)")
     blocksize: ByteSize | None = Field(
         ByteSize(256 * 2**20),
         description="uncompressed JSONL files larger than this are read as several "

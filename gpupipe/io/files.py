@@ -1,4 +1,9 @@
-"""Finding input files and reading their bytes, compressed or not, without losing data silently."""
+"""Finding input files and reading their bytes, compressed or not, without losing data silently.
+
+Paths are local, or URLs of any filesystem fsspec knows (``s3://``, ``gs://``, ``http(s)://``,
+``file://``), opened with the input's ``storage_options``. On S3, throttling (``SlowDown``)
+is retried with botocore's adaptive backoff unless the options say otherwise.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,125 @@ from pathlib import Path
 from gpupipe.errors import InputError
 
 CHUNK = 1 << 22
+#: botocore's retries for S3 unless ``storage_options`` set their own (throttling backs off)
+S3_RETRIES = {"max_attempts": 10, "mode": "adaptive"}
+
+
+def is_url(path) -> bool:
+    """A remote path (``s3://…``), read through fsspec; ``file://`` counts as local."""
+    path = os.fspath(path)
+    return "://" in path and not path.startswith("file://")
+
+
+def local_path(path) -> str:
+    path = os.fspath(path)
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+def filesystem(url: str, storage_options: dict | None = None):
+    """``(fsspec filesystem, path without the protocol)`` of a URL."""
+    import fsspec
+
+    options = dict(storage_options or {})
+    protocol = url.split("://", 1)[0]
+    if protocol in ("s3", "s3a"):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("retries", S3_RETRIES)
+        options["config_kwargs"] = config
+    try:
+        return fsspec.core.url_to_fs(url, **options)
+    except (ImportError, ValueError) as e:
+        raise InputError(f"{url}: cannot open this filesystem ({e}); s3:// needs s3fs, gs:// "
+                         f"gcsfs (pip install 'gpupipe[cloud]')") from None
+
+
+def remote_error(url: str, e: BaseException) -> InputError:
+    """An `InputError` naming the URL (and its bucket) for a failure of the remote store."""
+    bucket = url.split("://", 1)[1].split("/", 1)[0] if "://" in url else ""
+    kind = type(e).__name__
+    text = str(e) or kind
+    if isinstance(e, PermissionError) or "AccessDenied" in text or "InvalidAccessKeyId" in text \
+            or "SignatureDoesNotMatch" in text or "NoCredentials" in kind:
+        why = (f"access denied to bucket {bucket!r} ({text}); check the credentials "
+               f"(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or input.storage_options)")
+    elif "NoSuchBucket" in text or (isinstance(e, FileNotFoundError) and "bucket" in text.lower()):
+        why = f"the bucket {bucket!r} does not exist ({text})"
+    elif isinstance(e, FileNotFoundError):
+        why = f"not found ({text})"
+    else:
+        why = f"{kind}: {text}"
+    return InputError(f"{url}: {why}")
+
+
+def open_input(path: str, storage_options: dict | None = None):
+    """A binary file object of an input file, local or remote (seekable either way)."""
+    if not is_url(path):
+        try:
+            return open(local_path(path), "rb")
+        except OSError as e:
+            raise InputError(f"{path}: cannot read the file ({e})") from e
+    fs, stripped = filesystem(path, storage_options)
+    fs.invalidate_cache(stripped)   # a cached listing may hold an older object's size
+    try:
+        return fs.open(stripped, "rb")
+    except Exception as e:
+        raise remote_error(path, e) from e
+
+
+def file_size(path: str, storage_options: dict | None = None) -> int:
+    if not is_url(path):
+        return os.path.getsize(local_path(path))
+    fs, stripped = filesystem(path, storage_options)
+    fs.invalidate_cache(stripped)
+    try:
+        return int(fs.size(stripped))
+    except Exception as e:
+        raise remote_error(path, e) from e
+
+
+def file_identity(path: str, storage_options: dict | None = None) -> list:
+    """``[path, size, version]`` of an input file, for resume: the modification time of a
+    local file, the ETag (else the modification time) of a remote one."""
+    if not is_url(path):
+        st = os.stat(local_path(path))
+        return [os.path.abspath(local_path(path)), st.st_size, st.st_mtime_ns]
+    fs, stripped = filesystem(path, storage_options)
+    try:
+        info = fs.info(stripped)
+    except Exception as e:
+        raise remote_error(path, e) from e
+    version = info.get("ETag") or info.get("etag") or str(info.get("LastModified") or
+                                                          info.get("mtime") or "")
+    return [path, int(info.get("size") or 0), str(version).strip('"')]
+
+
+def _expand_remote(pattern: str, suffixes, storage_options) -> list[str]:
+    fs, stripped = filesystem(pattern, storage_options)
+    # fsspec keeps one filesystem per set of options, with the listings it saw: a notebook's
+    # second run must see objects written since
+    fs.invalidate_cache()
+    try:
+        if glob.has_magic(stripped):
+            found = [p for p in fs.glob(stripped) if not fs.isdir(p)]
+        elif fs.isdir(stripped):
+            found = [p for p in fs.find(stripped)
+                     if suffixes is None or p.lower().endswith(suffixes)]
+        else:
+            found = [stripped] if fs.exists(stripped) else []
+            if not found:   # name the bucket when it is the bucket that is missing
+                bucket = stripped.split("/", 1)[0]
+                if bucket and not fs.exists(bucket):
+                    raise FileNotFoundError(f"NoSuchBucket: {bucket}")
+    except InputError:
+        raise
+    except Exception as e:
+        raise remote_error(pattern, e) from e
+    return [fs.unstrip_protocol(p) for p in sorted(found)]
 
 
 def expand_paths(patterns: str | list[str], *, suffixes: tuple[str, ...] | None = None,
-                 not_files: list | None = None) -> list[str]:
+                 not_files: list | None = None,
+                 storage_options: dict | None = None) -> list[str]:
     """Expand globs (``**`` allowed) and directories into a sorted, de-duplicated file list.
 
     Raises `InputError` naming the pattern when it matches nothing. Matches that cannot be read
@@ -25,7 +145,14 @@ def expand_paths(patterns: str | list[str], *, suffixes: tuple[str, ...] | None 
     found: list[str] = []
     odd: list[tuple[str, str]] = []
     for pattern in patterns:
-        pattern = os.path.expanduser(str(pattern))
+        pattern = str(pattern)
+        if is_url(pattern):
+            remote = _expand_remote(pattern, suffixes, storage_options)
+            if not remote:
+                raise InputError(f"input path {pattern!r} matches no file; check input.path")
+            found.extend(remote)
+            continue
+        pattern = os.path.expanduser(local_path(pattern))
         if os.path.isdir(pattern):
             candidates = [str(p) for p in sorted(Path(pattern).rglob("*"))
                           if suffixes is None or p.name.lower().endswith(suffixes)]
@@ -52,7 +179,7 @@ def expand_paths(patterns: str | list[str], *, suffixes: tuple[str, ...] | None 
         found.extend(matches)
     if not_files is not None:
         not_files.extend(sorted(set(odd)))
-    return sorted(dict.fromkeys(os.path.normpath(p) for p in found))
+    return sorted(dict.fromkeys(p if is_url(p) else os.path.normpath(p) for p in found))
 
 
 def _not_a_file(path: str) -> str | None:
@@ -78,6 +205,13 @@ def common_root(paths: list[str]) -> str:
     """The deepest directory containing every path (ids derived from file names are relative to it)."""
     if not paths:
         return "."
+    if any(is_url(p) for p in paths):
+        import posixpath
+
+        dirs = [posixpath.dirname(p.split("://", 1)[1]) for p in paths]
+        protocols = {p.split("://", 1)[0] if is_url(p) else "" for p in paths}
+        prefix = f"{protocols.pop()}://" if len(protocols) == 1 else ""
+        return prefix + posixpath.commonpath(dirs) if prefix else "/"
     dirs = [os.path.dirname(os.path.abspath(p)) for p in paths]
     return os.path.commonpath(dirs)
 
@@ -85,6 +219,12 @@ def common_root(paths: list[str]) -> str:
 def derived_id_prefix(path: str, root: str) -> str:
     """``<path relative to root>:``, the prefix of the ids derived for a file without an id
     column (``<file>:<line>``, ``<file>:<row>``)."""
+    if is_url(path):
+        import posixpath
+
+        rel = path.split("://", 1)[1]
+        base = root.split("://", 1)[1] if "://" in root else root
+        return posixpath.relpath(rel, base or "/") + ":"
     return os.path.relpath(os.path.abspath(path), root).replace(os.sep, "/") + ":"
 
 
@@ -97,7 +237,7 @@ def compression_of(path: str) -> str | None:
     return None
 
 
-def read_bytes(path: str) -> tuple[bytes, str | None]:
+def read_bytes(path: str, storage_options: dict | None = None) -> tuple[bytes, str | None]:
     """The decompressed content of ``path`` and, if the file is corrupt or truncated, why.
 
     What could be decompressed before the damage is returned, so a ``skip`` policy keeps every
@@ -106,19 +246,23 @@ def read_bytes(path: str) -> tuple[bytes, str | None]:
     kind = compression_of(path)
     try:
         if kind is None:
-            with open(path, "rb") as f:
+            with open_input(path, storage_options) as f:
                 return f.read(), None
         if kind == "gzip":
-            return _read_frames(path, lambda: zlib.decompressobj(wbits=31), zlib.error)
+            return _read_frames(path, lambda: zlib.decompressobj(wbits=31), zlib.error,
+                                storage_options)
         import zstandard
 
         dctx = zstandard.ZstdDecompressor()
-        return _read_frames(path, dctx.decompressobj, zstandard.ZstdError)
+        return _read_frames(path, dctx.decompressobj, zstandard.ZstdError, storage_options)
     except OSError as e:  # unreadable file: permissions, vanished, I/O error
+        if is_url(path):
+            raise remote_error(path, e) from e
         raise InputError(f"{path}: cannot read the file ({e})") from e
 
 
-def _read_frames(path: str, new_decompressor, errors) -> tuple[bytes, str | None]:
+def _read_frames(path: str, new_decompressor, errors,
+                 storage_options: dict | None = None) -> tuple[bytes, str | None]:
     """Decompress every gzip member / zstd frame; on damage, keep what came out before it.
 
     A stream that just stops (a truncated download) is reported too: the last member never
@@ -127,7 +271,7 @@ def _read_frames(path: str, new_decompressor, errors) -> tuple[bytes, str | None
     parts: list[bytes] = []
     error = None
     d, fed = new_decompressor(), False
-    with open(path, "rb") as f:
+    with open_input(path, storage_options) as f:
         while error is None:
             chunk = f.read(CHUNK)
             if not chunk:

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from gpupipe.frame import ID, STRING, TEXT, empty_frame, from_arrow, utf8_bytes
-from gpupipe.io.files import compression_of, derived_id_prefix, read_bytes
+from gpupipe.io.files import compression_of, derived_id_prefix, file_size, is_url, read_bytes
 from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
 
 
@@ -35,8 +35,12 @@ def split_blocks(files: tuple[str, ...], blocksize: int | None) -> tuple[tuple[i
     """
     blocks: list[tuple[int, int, int]] = []
     for fi, path in enumerate(files):
+        if blocksize is None or is_url(path) or compression_of(path) is not None or \
+                os.path.getsize(path) <= blocksize:   # remote files are read whole
+            blocks.append((fi, 0, -1))
+            continue
         size = os.path.getsize(path)
-        if blocksize is None or compression_of(path) is not None or size <= blocksize:
+        if size <= blocksize:
             blocks.append((fi, 0, -1))
             continue
         bounds = [0]
@@ -84,12 +88,14 @@ class JsonlSource:
     line_bases: tuple[int, ...] = ()
     #: (path, why) of paths the input matched that are not readable files (on_error: skip)
     left_out: tuple[tuple[str, str], ...] = ()
+    #: fsspec options of remote paths (``s3://``: endpoint, credentials)
+    storage_options: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def open(cls, files: tuple[str, ...], *, root: str, text_column: str = "text",
              id_column: str | None = None, on_error: str = "fail",
              left_out: tuple = (), columns: tuple[str, ...] = (),
-             blocksize: int | None = None) -> JsonlSource:
+             blocksize: int | None = None, storage_options: dict | None = None) -> JsonlSource:
         """The source of a run's input files: one partition per file, or per ``blocksize``
         bytes of a large uncompressed file."""
         if columns:
@@ -99,7 +105,8 @@ class JsonlSource:
                             f"input reads id and text)")
         return cls(files=tuple(files), root=root, text_column=text_column, id_column=id_column,
                    on_error=on_error, left_out=tuple(left_out),
-                   blocks=split_blocks(tuple(files), blocksize))
+                   blocks=split_blocks(tuple(files), blocksize),
+                   storage_options=dict(storage_options or {}))
 
     @property
     def npartitions(self) -> int:
@@ -139,8 +146,8 @@ class JsonlSource:
     def read(self, i: int) -> ReadResult:
         path, start, end = self._block(i)
         if end == -1:
-            data, corruption = read_bytes(path)
-            on_disk = os.path.getsize(path)
+            data, corruption = read_bytes(path, self.storage_options)
+            on_disk = file_size(path, self.storage_options)
         else:
             with open(path, "rb") as f:
                 f.seek(start)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import pandas as pd
 import pyarrow as pa
@@ -12,7 +11,7 @@ import pyarrow.parquet as pq
 
 from gpupipe.errors import InputError, did_you_mean
 from gpupipe.frame import ID, TEXT, empty_frame, from_arrow
-from gpupipe.io.files import derived_id_prefix
+from gpupipe.io.files import derived_id_prefix, file_size, filesystem, is_url, remote_error
 from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
 
 
@@ -27,17 +26,20 @@ class ParquetSource:
     columns: tuple[str, ...] = ()
     #: (path, why) of paths the input matched that are not readable files (on_error: skip)
     left_out: tuple[tuple[str, str], ...] = ()
+    #: fsspec options of remote paths (``s3://``: endpoint, credentials)
+    storage_options: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def open(cls, files: tuple[str, ...], *, root: str, text_column: str = "text",
              id_column: str | None = None, on_error: str = "fail",
              left_out: tuple = (), columns: tuple[str, ...] = (),
-             blocksize: int | None = None) -> ParquetSource:
+             blocksize: int | None = None, storage_options: dict | None = None) -> ParquetSource:
         """The source of a run's input files (one partition per file; ``blocksize`` does not
         apply). Fails before any cluster starts when the first file lacks a configured
         column."""
+        storage_options = dict(storage_options or {})
         if files:
-            names = cls._column_names(files[0])
+            names = cls._column_names(files[0], storage_options)
             for key, col in (("text_column", text_column), ("id_column", id_column)):
                 if col is not None and col not in names:
                     raise InputError(f"{files[0]}: no column {col!r}{did_you_mean(col, names)} "
@@ -47,13 +49,17 @@ class ParquetSource:
                     raise InputError(f"{files[0]}: no column {col!r}{did_you_mean(col, names)} "
                                      f"(columns: {', '.join(names[:12])}); see input.columns")
         return cls(files=tuple(files), root=root, text_column=text_column, id_column=id_column,
-                   on_error=on_error, columns=tuple(columns), left_out=tuple(left_out))
+                   on_error=on_error, columns=tuple(columns), left_out=tuple(left_out),
+                   storage_options=storage_options)
 
     @staticmethod
-    def _column_names(path: str) -> list[str]:
+    def _column_names(path: str, storage_options: dict | None = None) -> list[str]:
+        where, fs = _where(path, storage_options)
         try:
-            return pq.read_schema(path).names
+            return pq.read_schema(where, filesystem=fs).names
         except Exception as e:
+            if is_url(path) and not isinstance(e, pa.ArrowInvalid):
+                raise remote_error(path, e) from None
             raise InputError(f"{path}: cannot read the Parquet schema ({e})") from None
 
     @property
@@ -66,7 +72,8 @@ class ParquetSource:
     def meta(self) -> pd.DataFrame:
         if not self.columns:
             return empty_frame()
-        schema = pq.read_schema(self.files[0]) if self.files else pa.schema([])
+        where, fs = _where(self.files[0], self.storage_options) if self.files else (None, None)
+        schema = pq.read_schema(where, filesystem=fs) if self.files else pa.schema([])
         extra = {c: schema.field(c).type for c in self.columns if c in schema.names}
         return from_arrow(pa.table({ID: pa.array([], pa.string()), TEXT: pa.array([], pa.string()),
                                     **{c: pa.array([], t) for c, t in extra.items()}}))
@@ -81,28 +88,30 @@ class ParquetSource:
         rows = pa.array(range(1, n + 1), pa.int64()).cast(pa.string())
         return pc.binary_join_element_wise(derived_id_prefix(path, self.root), rows, "")
 
-    @staticmethod
-    def _stats(path: str) -> dict:
-        return {"files": 1, "compressed_bytes": os.path.getsize(path), "bytes": 0,
-                "files_corrupt": 0, "blank_lines": 0, "text_bytes": 0}
+    def _stats(self, path: str) -> dict:
+        return {"files": 1, "compressed_bytes": file_size(path, self.storage_options),
+                "bytes": 0, "files_corrupt": 0, "blank_lines": 0, "text_bytes": 0}
 
     def read(self, i: int) -> ReadResult:
         path = self.files[i]
         rejections = Rejections(self.on_error, FAIL_HINT)
         stats = self._stats(path)
         wanted = self.wanted_columns()
+        where, fs = _where(path, self.storage_options)
         try:
-            schema = pq.read_schema(path)
+            schema = pq.read_schema(where, filesystem=fs)
             missing = [c for c in wanted if c not in schema.names]
             if missing:
-                rows = pq.read_metadata(path).num_rows
+                rows = pq.read_metadata(where, filesystem=fs).num_rows
                 rejections.add(path, None, "missing_text" if self.text_column in missing else "missing_id",
                                f"column(s) {missing} not in the file (columns: {schema.names[:12]}); "
                                f"set input.text_column / input.id_column; its {rows:,} rows are "
                                f"set aside", records=rows)
                 return self._empty(stats, rejections)
-            table = pq.read_table(path, columns=wanted)
+            table = pq.read_table(where, columns=wanted, filesystem=fs)
         except (pa.ArrowInvalid, OSError) as e:
+            if is_url(path) and not isinstance(e, pa.ArrowInvalid):
+                raise remote_error(path, e) from e
             rejections.add(path, None, "corrupt_file", f"cannot read Parquet ({e})")
             stats["files_corrupt"] = 1
             return self._empty(stats, rejections)
@@ -140,6 +149,8 @@ class ParquetSource:
         from gpupipe.backends import dispatch
 
         path = self.files[i]
+        if is_url(path):   # KvikIO reads local files; the host reader reads remote ones
+            return None
         try:
             schema = pq.read_schema(path)
         except Exception:  # the host reader names the corrupt file
@@ -165,3 +176,12 @@ class ParquetSource:
     def _empty(self, stats, rejections) -> ReadResult:
         stats["docs"] = 0
         return ReadResult(self.meta(), stats, rejections.counts, rejections.table())
+
+
+def _where(path: str, storage_options: dict | None):
+    """``(path, filesystem)`` for pyarrow: a local path and None, or the path inside an fsspec
+    filesystem."""
+    if not is_url(path):
+        return path, None
+    fs, stripped = filesystem(path, storage_options)
+    return stripped, fs

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import os
 import re
 import zlib
 
@@ -43,7 +42,7 @@ import pyarrow.compute as pc
 
 from gpupipe.errors import InputError
 from gpupipe.frame import ID, TEXT, from_arrow
-from gpupipe.io.files import derived_id_prefix
+from gpupipe.io.files import derived_id_prefix, file_size, open_input
 from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
 
 #: HTTP content types whose body is kept as a document (other responses are counted, skipped)
@@ -71,18 +70,19 @@ def is_arc(path: str) -> bool:
 
 # -- partitions ---------------------------------------------------------------------------------
 
-def split_blocks(files: tuple[str, ...], blocksize: int | None) -> tuple[tuple[int, int, int], ...]:
+def split_blocks(files: tuple[str, ...], blocksize: int | None,
+                 storage_options: dict | None = None) -> tuple[tuple[int, int, int], ...]:
     """``(file index, start, end)`` per partition (``end == -1``: to the end of the file). Files
     larger than ``blocksize`` are cut at record starts: gzip members for ``.warc.gz``, ``WARC/``
     lines for ``.warc``. ARC files are read whole."""
     blocks: list[tuple[int, int, int]] = []
     for fi, path in enumerate(files):
-        size = os.path.getsize(path)
+        size = file_size(path, storage_options)
         if blocksize is None or size <= blocksize or is_arc(path):
             blocks.append((fi, 0, -1))
             continue
         bounds = [0]
-        with open(path, "rb") as f:
+        with open_input(path, storage_options) as f:
             while (cut := _next_record_start(f, bounds[-1] + blocksize, size, is_gzip(path))) < size:
                 bounds.append(cut)
         bounds.append(size)
@@ -177,13 +177,16 @@ class WarcSource:
     left_out: tuple[tuple[str, str], ...] = ()
     text_column: str = "text"
     id_column: str | None = None
+    #: fsspec options of remote paths (``s3://``: endpoint, credentials)
+    storage_options: dict = dataclasses.field(default_factory=dict)
 
     default_blocksize = DEFAULT_BLOCKSIZE
 
     @classmethod
     def open(cls, files: tuple[str, ...], *, root: str, text_column: str = "text",
              id_column: str | None = None, on_error: str = "fail", left_out: tuple = (),
-             columns: tuple[str, ...] = (), blocksize: int | None = None) -> WarcSource:
+             columns: tuple[str, ...] = (), blocksize: int | None = None,
+             storage_options: dict | None = None) -> WarcSource:
         """The source of a run's WARC files: one partition per ``blocksize`` bytes of a file,
         cut at record starts."""
         from gpupipe.errors import SpecError
@@ -194,8 +197,10 @@ class WarcSource:
                             f"{', '.join(COLUMNS)}); remove input.text_column, input.id_column "
                             "and input.columns")
         _require()
+        storage_options = dict(storage_options or {})
         return cls(files=tuple(files), root=root, on_error=on_error, left_out=tuple(left_out),
-                   blocks=split_blocks(tuple(files), blocksize))
+                   blocks=split_blocks(tuple(files), blocksize, storage_options),
+                   storage_options=storage_options)
 
     @property
     def npartitions(self) -> int:
@@ -216,12 +221,12 @@ class WarcSource:
         name = derived_id_prefix(path, self.root)[:-1]
         rejections = Rejections(self.on_error, FAIL_HINT)
         out = _Collector(path, name, rejections)
-        on_disk = (end if end != -1 else os.path.getsize(path)) - start
+        on_disk = (end if end != -1 else file_size(path, self.storage_options)) - start
         try:
             if is_arc(path):
-                _read_arc(path, out)
+                _read_arc(path, out, self.storage_options)
             else:
-                with open(path, "rb") as f:
+                with open_input(path, self.storage_options) as f:
                     units = _gzip_units(f, start, end) if is_gzip(path) else _plain_units(
                         f, start, end)
                     _read_units(units, out)
@@ -440,7 +445,7 @@ def parse_http(block: bytes) -> tuple[int | None, str | None, str | None, bytes]
     return int(m.group(1)), ctype, charset, body
 
 
-def _read_arc(path: str, out: _Collector) -> None:
+def _read_arc(path: str, out: _Collector, storage_options: dict | None = None) -> None:
     """An ARC file, through warcio (each ARC record reads as a WARC ``response``). ARC records
     have no id: a document's id is ``<file>:<byte offset of its record>``, and
     ``warc_record_id`` is null."""
@@ -452,10 +457,10 @@ def _read_arc(path: str, out: _Collector) -> None:
         raise SpecError("ARC input needs warcio: pip install 'gpupipe[web]'") from None
     damage = None   # warcio reads a cut gzip member without a word: find it first
     if is_gzip(path):
-        with open(path, "rb") as f:
+        with open_input(path, storage_options) as f:
             damage = next(((offset, error) for offset, _, error in _gzip_units(f, 0, -1)
                            if error is not None), None)
-    with open(path, "rb") as f:
+    with open_input(path, storage_options) as f:
         it = ArchiveIterator(f, arc2warc=True)
         try:
             for record in it:

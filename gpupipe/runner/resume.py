@@ -9,10 +9,10 @@ import shutil
 
 
 def input_identity(pipeline, source) -> dict:
-    files = []
-    for f in source.files:
-        st = os.stat(f)
-        files.append([os.path.abspath(f), st.st_size, st.st_mtime_ns])
+    from gpupipe.io.files import file_identity
+
+    files = [file_identity(f, getattr(sub, "storage_options", None))
+             for sub in getattr(source, "sources", (source,)) for f in sub.files]
     if pipeline.inputs is None:
         spec = pipeline.input.model_dump(mode="json", exclude={"path"})
     else:

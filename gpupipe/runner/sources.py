@@ -41,7 +41,8 @@ def make_source(input_spec, cluster=None):
 
     fmt = formats.get(input_spec.resolved_format())
     odd: list[tuple[str, str]] = []
-    files = tuple(expand_paths(input_spec.paths(), suffixes=fmt.suffixes, not_files=odd))
+    files = tuple(expand_paths(input_spec.paths(), suffixes=fmt.suffixes, not_files=odd,
+                               storage_options=input_spec.storage_options))
     if odd:
         listing = "; ".join(f"{p}: {why}" for p, why in odd[:5]) + (
             f" (and {len(odd) - 5} more)" if len(odd) > 5 else "")
@@ -55,7 +56,8 @@ def make_source(input_spec, cluster=None):
                            text_column=input_spec.text_column, id_column=input_spec.id_column,
                            on_error=input_spec.on_error, left_out=tuple(odd),
                            columns=tuple(input_spec.columns),
-                           blocksize=effective_blocksize(input_spec, cluster, fmt=fmt))
+                           blocksize=effective_blocksize(input_spec, cluster, fmt=fmt),
+                           storage_options=input_spec.storage_options)
 
 
 def effective_blocksize(input_spec, cluster=None, device_memory: int | None = None,
