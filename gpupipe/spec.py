@@ -78,7 +78,8 @@ class InputSpec(BaseModel):
 
     def resolved_format(self) -> str:
         """``format``, or what the file names say (`gpupipe.io.formats.infer`)."""
-        return self.format if self.format is not None else infer_format(self.paths())
+        return self.format if self.format is not None else infer_format(
+            self.paths(), self.storage_options)
 
 
 class LocalClusterSpec(BaseModel):

@@ -73,12 +73,23 @@ def all_suffixes() -> tuple[str, ...]:
     return tuple(s for f in FORMATS.values() for s in f.suffixes)
 
 
-def infer(paths: list[str]) -> str:
-    """The format of an input: that of the first path's name, or for a directory that of the
-    first file under it with a known ending (sorted); `DEFAULT` when no name says."""
+def infer(paths: list[str], storage_options: dict | None = None) -> str:
+    """The format of an input: that of the first path's name, or for a directory (local or
+    remote) that of the first file under it with a known ending (sorted); `DEFAULT` when no
+    name says."""
     from pathlib import Path
 
-    first = os.path.expanduser(os.fspath(paths[0]))
+    from gpupipe.io.files import expand_paths, is_url
+
+    first = os.fspath(paths[0])
+    if is_url(first):
+        found = of_path(first)
+        if found is None:
+            listed = expand_paths(first, suffixes=all_suffixes(),
+                                  storage_options=storage_options)
+            found = next((f for f in map(of_path, listed) if f is not None), None)
+        return found.name if found is not None else DEFAULT
+    first = os.path.expanduser(first)
     if os.path.isdir(first):
         for p in sorted(Path(first).rglob("*")):
             found = of_path(p.name)

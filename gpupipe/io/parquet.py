@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import pandas as pd
@@ -11,7 +12,14 @@ import pyarrow.parquet as pq
 
 from gpupipe.errors import InputError, did_you_mean
 from gpupipe.frame import ID, TEXT, empty_frame, from_arrow
-from gpupipe.io.files import derived_id_prefix, file_size, filesystem, is_url, remote_error
+from gpupipe.io.files import (
+    derived_id_prefix,
+    file_size,
+    filesystem,
+    is_url,
+    open_input,
+    remote_error,
+)
 from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
 
 
@@ -88,33 +96,41 @@ class ParquetSource:
         rows = pa.array(range(1, n + 1), pa.int64()).cast(pa.string())
         return pc.binary_join_element_wise(derived_id_prefix(path, self.root), rows, "")
 
-    def _stats(self, path: str) -> dict:
-        return {"files": 1, "compressed_bytes": file_size(path, self.storage_options),
-                "bytes": 0, "files_corrupt": 0, "blank_lines": 0, "text_bytes": 0}
+    def _stats(self, path: str, size: int | None = None) -> dict:
+        if size is None:
+            size = file_size(path, self.storage_options)
+        return {"files": 1, "compressed_bytes": size, "bytes": 0, "files_corrupt": 0,
+                "blank_lines": 0, "text_bytes": 0}
 
     def read(self, i: int) -> ReadResult:
         path = self.files[i]
         rejections = Rejections(self.on_error, FAIL_HINT)
-        stats = self._stats(path)
         wanted = self.wanted_columns()
-        where, fs = _where(path, self.storage_options)
-        try:
-            schema = pq.read_schema(where, filesystem=fs)
-            missing = [c for c in wanted if c not in schema.names]
-            if missing:
-                rows = pq.read_metadata(where, filesystem=fs).num_rows
-                rejections.add(path, None, "missing_text" if self.text_column in missing else "missing_id",
-                               f"column(s) {missing} not in the file (columns: {schema.names[:12]}); "
-                               f"set input.text_column / input.id_column; its {rows:,} rows are "
-                               f"set aside", records=rows)
+        # one open file for the footer and the columns: a remote file costs a request or two
+        with contextlib.ExitStack() as stack:
+            source = (stack.enter_context(open_input(path, self.storage_options))
+                      if is_url(path) else path)
+            stats = self._stats(path, source.size if is_url(path) else None)
+            try:
+                pf = pq.ParquetFile(source)
+                schema = pf.schema_arrow
+                missing = [c for c in wanted if c not in schema.names]
+                if missing:
+                    rows = pf.metadata.num_rows
+                    rejections.add(path, None, "missing_text" if self.text_column in missing
+                                   else "missing_id",
+                                   f"column(s) {missing} not in the file (columns: "
+                                   f"{schema.names[:12]}); set input.text_column / "
+                                   f"input.id_column; its {rows:,} rows are set aside",
+                                   records=rows)
+                    return self._empty(stats, rejections)
+                table = pf.read(columns=wanted)
+            except (pa.ArrowInvalid, OSError) as e:
+                if is_url(path) and not isinstance(e, pa.ArrowInvalid):
+                    raise remote_error(path, e) from e
+                rejections.add(path, None, "corrupt_file", f"cannot read Parquet ({e})")
+                stats["files_corrupt"] = 1
                 return self._empty(stats, rejections)
-            table = pq.read_table(where, columns=wanted, filesystem=fs)
-        except (pa.ArrowInvalid, OSError) as e:
-            if is_url(path) and not isinstance(e, pa.ArrowInvalid):
-                raise remote_error(path, e) from e
-            rejections.add(path, None, "corrupt_file", f"cannot read Parquet ({e})")
-            stats["files_corrupt"] = 1
-            return self._empty(stats, rejections)
         text = table.column(self.text_column)
         if pa.types.is_dictionary(text.type) and (pa.types.is_string(text.type.value_type) or
                                                   pa.types.is_large_string(text.type.value_type)):
