@@ -94,3 +94,23 @@ def test_bench_gpu_pipeline_mode_runs_the_pandas_half_here():
     assert {s["backend"] for s in stages.values()} == {"pandas"}
     assert report["runs"]["pandas"]["docs_out"] == 1660
     assert report["runs"]["cudf"]["skipped"].startswith("no usable GPU")
+
+
+def test_bench_warc_and_storage_run():
+    """bench_warc.py and bench_storage.py at their smallest: the documents they measure are
+    the crawl's 113 pages and the sample's 1,808 documents, and MDS reads back whole."""
+    pytest.importorskip("moto")
+    r = subprocess.run([sys.executable, "benchmarks/bench_warc.py", "--copies", "1",
+                        "--workers", "1", "--trafilatura-docs", "10",
+                        "--datatrove-python", "/nonexistent"],
+                       capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    warc = json.loads(r.stdout)
+    assert (warc["docs"], warc["read"]["records"], warc["datatrove"]) == (113, 349, None)
+    assert warc["gpupipe"]["resiliparse"]["per_core_vs_extractor"] > 0
+    r = subprocess.run([sys.executable, "benchmarks/bench_storage.py", "--scale", "1",
+                        "--repeat", "1"], capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    storage = json.loads(r.stdout)
+    assert storage["s3_read"]["docs"] == [1808, 1808]
+    assert storage["mds_write"]["read_back"] == {"sequences": 1808, "equal": 1808}
