@@ -91,6 +91,15 @@ def file_size(path: str, storage_options: dict | None = None) -> int:
         raise remote_error(path, e) from e
 
 
+def arrow_path(path: str, storage_options: dict | None = None):
+    """``(path, filesystem)`` for pyarrow's readers: a local path and None, or the path inside
+    its fsspec filesystem."""
+    if not is_url(path):
+        return local_path(path), None
+    fs, stripped = filesystem(path, storage_options)
+    return stripped, fs
+
+
 def file_identity(path: str, storage_options: dict | None = None) -> list:
     """``[path, size, version]`` of an input file, for resume: the modification time of a
     local file, the ETag (else the modification time) of a remote one."""

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 from gpupipe.errors import InputError, did_you_mean
 from gpupipe.frame import ID, TEXT, empty_frame, from_arrow
 from gpupipe.io.files import (
+    arrow_path,
     derived_id_prefix,
     file_size,
-    filesystem,
     is_url,
     open_input,
     remote_error,
@@ -62,7 +62,7 @@ class ParquetSource:
 
     @staticmethod
     def _column_names(path: str, storage_options: dict | None = None) -> list[str]:
-        where, fs = _where(path, storage_options)
+        where, fs = arrow_path(path, storage_options)
         try:
             return pq.read_schema(where, filesystem=fs).names
         except Exception as e:
@@ -80,7 +80,7 @@ class ParquetSource:
     def meta(self) -> pd.DataFrame:
         if not self.columns:
             return empty_frame()
-        where, fs = _where(self.files[0], self.storage_options) if self.files else (None, None)
+        where, fs = arrow_path(self.files[0], self.storage_options) if self.files else (None, None)
         schema = pq.read_schema(where, filesystem=fs) if self.files else pa.schema([])
         extra = {c: schema.field(c).type for c in self.columns if c in schema.names}
         return from_arrow(pa.table({ID: pa.array([], pa.string()), TEXT: pa.array([], pa.string()),
@@ -192,12 +192,3 @@ class ParquetSource:
     def _empty(self, stats, rejections) -> ReadResult:
         stats["docs"] = 0
         return ReadResult(self.meta(), stats, rejections.counts, rejections.table())
-
-
-def _where(path: str, storage_options: dict | None):
-    """``(path, filesystem)`` for pyarrow: a local path and None, or the path inside an fsspec
-    filesystem."""
-    if not is_url(path):
-        return path, None
-    fs, stripped = filesystem(path, storage_options)
-    return stripped, fs

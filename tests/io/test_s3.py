@@ -158,3 +158,23 @@ def test_cli_with_credentials_from_the_environment(s3, tmp_path):
                        timeout=300)
     assert r.returncode != 0
     assert "access denied to bucket 'corpus'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_eval_set_on_s3(s3, tmp_path):
+    """decontaminate's evaluation sets read from the bucket equal the same files on disk."""
+    from gpupipe.stages import Decontaminate
+    from gpupipe.stages.filters.decontaminate import EvalSet, load_samples
+
+    quiz = REPO / "data" / "evals" / "python_quiz.jsonl"
+    s3.client().upload_file(str(quiz), "corpus", "evals/python_quiz.jsonl")
+    remote = EvalSet(name="quiz", path="s3://corpus/evals/*.jsonl", text_column="passage",
+                     storage_options=s3.options())
+    local = EvalSet(name="quiz", path=str(quiz), text_column="passage")
+    assert load_samples(remote) == load_samples(local) and len(load_samples(local)) == 24
+    stage = Decontaminate(eval_sets=[remote])
+    (entry,) = stage.identity()["quiz"]
+    assert entry[0] == "s3://corpus/evals/python_quiz.jsonl" and entry[1] == quiz.stat().st_size
+    bad = EvalSet(name="quiz", path="s3://corpus/evals/*.jsonl", text_column="passage",
+                  storage_options={**s3.options(), "secret": "wrong"})
+    with pytest.raises(gp.SpecError, match="eval set 'quiz': .*access denied to bucket 'corpus'"):
+        load_samples(bad)

@@ -38,6 +38,8 @@ class EvalSet(BaseModel):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     path: Annotated[str, Field(min_length=1)]
     text_column: str = "text"
+    #: fsspec options when ``path`` is a URL (``s3://``: endpoint_url, key, secret)
+    storage_options: dict[str, Any] = Field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -64,11 +66,14 @@ class EvalIndex:
 
 
 def _files(es: EvalSet) -> list[str]:
-    from gpupipe.io.files import expand_paths
+    from gpupipe.errors import InputError
+    from gpupipe.io.files import expand_paths, is_url
 
     try:
-        files = expand_paths(es.path, suffixes=_SUFFIXES)
-    except Exception:
+        files = expand_paths(es.path, suffixes=_SUFFIXES, storage_options=es.storage_options)
+    except InputError as e:
+        if is_url(es.path):   # a remote store's own error (credentials, bucket) says more
+            raise SpecError(f"decontaminate: eval set {es.name!r}: {e}") from None
         raise SpecError(f"decontaminate: eval set {es.name!r}: {es.path!r} matches no file "
                         f"(relative paths are resolved from {os.getcwd()})") from None
     bad = [f for f in files if not f.lower().endswith(_SUFFIXES)]
@@ -81,27 +86,29 @@ def _files(es: EvalSet) -> list[str]:
 def load_samples(es: EvalSet) -> list[str]:
     """The texts of an evaluation set. A missing column, a line that is not JSON or a text that
     is not a string stops the run, naming the file and line."""
-    from gpupipe.io.files import read_bytes
+    from gpupipe.io.files import arrow_path, read_bytes
 
     out: list[str] = []
     where = f"decontaminate: eval set {es.name!r}"
     for path in _files(es):
         name = path.lower()
         if name.endswith(".parquet"):
+            where_, fs = arrow_path(path, es.storage_options)
             try:
-                schema = pq.read_schema(path)
+                schema = pq.read_schema(where_, filesystem=fs)
             except Exception as e:
                 raise SpecError(f"{where}: {path} is not a readable Parquet file ({e})") from None
             if es.text_column not in schema.names:
                 raise SpecError(f"{where}: {path} has no column {es.text_column!r} (columns: "
                                 f"{', '.join(schema.names)}); set text_column")
-            col = pq.read_table(path, columns=[es.text_column])[es.text_column]
+            col = pq.read_table(where_, columns=[es.text_column],
+                                filesystem=fs)[es.text_column]
             if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
                 raise SpecError(f"{where}: {path}: column {es.text_column!r} is {col.type}, not "
                                 f"text")
             out.extend(t for t in col.to_pylist() if t)
             continue
-        raw, damage = read_bytes(path)
+        raw, damage = read_bytes(path, es.storage_options)
         if damage:
             raise SpecError(f"{where}: {path} is damaged ({damage})")
         try:
@@ -223,14 +230,17 @@ class Decontaminate(Filter):
         return out
 
     def identity(self) -> dict:
-        """Size and modification time of every evaluation file: an edited eval set reruns."""
+        """Size and modification time (or ETag) of every evaluation file: an edited eval set
+        reruns."""
+        from gpupipe.io.files import file_identity
+
         out = {}
         for es in self.eval_sets:
             try:
                 files = _files(es)
             except SpecError:
                 files = []
-            out[es.name] = [[f, os.path.getsize(f), os.stat(f).st_mtime_ns] for f in files]
+            out[es.name] = [file_identity(f, es.storage_options) for f in files]
         return out
 
     def explain_notes(self) -> list[str]:
