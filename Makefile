@@ -71,10 +71,20 @@ $(STREAMING_VENV)/.installed: $(STAMP)
 		&& touch $@ \
 		|| echo "make: mosaicml-streaming could not be installed; tests/shards/test_mds.py will skip its read-back"
 
+# A real S3-compatible server for tests/io/test_s3.py and benchmarks/bench_storage.py: moto's
+# moto_server in a venv of its own, as a server would be (its boto3 pins would otherwise make
+# pip backtrack over botocore with s3fs's aiobotocore). Without it those tests skip.
+MOTO_VENV := .venv-moto
+$(MOTO_VENV)/.installed:
+	@test -x $(MOTO_VENV)/bin/python || $(PYTHON) -m venv $(MOTO_VENV)
+	@$(MOTO_VENV)/bin/python -m pip install --quiet 'moto[server]==5.2.*' 'flask-cors==6.0.*' \
+		&& touch $@ \
+		|| echo "make: the S3 test server (moto) could not be installed; tests/io/test_s3.py will skip"
+
 # two test processes (the suite's heavy tests run subprocesses and clusters of their own)
 TEST_JOBS ?= 2
 test: $(STAMP) $(TRITON_VENV)/.installed $(SLURM_TRIED) $(UCX_VENV)/.installed \
-	$(STREAMING_VENV)/.installed
+	$(STREAMING_VENV)/.installed $(MOTO_VENV)/.installed
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup
 
 # The API contract with cuDF 26.10 / dask-cuda / KvikIO: installs '.[gpu]' (about 5 GB, no GPU

@@ -5,7 +5,8 @@
 
 * ``s3_read``: the same Parquet files (data/sample/ repeated ``--scale`` times, ``--files``
   files) read by gpupipe's Parquet reader from the local disk and from a local S3-compatible
-  server process (moto_server, through s3fs over HTTP, as tests/io/test_s3.py runs it): MB/s
+  server process (moto_server from .venv-moto, through s3fs over HTTP, as tests/io/test_s3.py
+  runs it): MB/s
   of file and the ratio. The server runs on this machine, so the figure is the cost of the S3
   protocol and client, not of a network.
 * ``mds_write``: the tokens of the same documents written as one shard in each format
@@ -68,10 +69,10 @@ def main(argv=None) -> int:
 
         server = S3Server(tmp)
         try:
-            c = server.client()
-            c.create_bucket(Bucket="bench")
+            fs = server.fs()
+            fs.mkdir("bench")
             for p in files:
-                c.upload_file(str(p), "bench", f"pq/{p.name}")
+                fs.put_file(str(p), f"bench/pq/{p.name}")
             docs_local = read_all(str(tmp / "pq"))
             docs_s3 = read_all("s3://bench/pq/", server.options())
             t_local = best_of(lambda: read_all(str(tmp / "pq")), args.repeat)

@@ -21,10 +21,11 @@ from gpupipe.runner.sources import make_source
 from gpupipe.spec import InputSpec
 from gpupipe.stages import LengthFilter, NormalizeText, Tokenize
 from tests.conftest import REPO
+from tests.io.s3_server import available
 
 pytest.importorskip("s3fs")
-pytest.importorskip("moto")
-pytestmark = pytest.mark.xdist_group("s3")
+pytestmark = [pytest.mark.xdist_group("s3"), pytest.mark.skipif(
+    not available(), reason="the S3 test server is not installed (make .venv-moto/.installed)")]
 
 SAMPLE = sorted((REPO / "data" / "sample").glob("*.jsonl.gz"))
 WARC = REPO / "data" / "web" / "docs-crawl.warc.gz"
@@ -36,11 +37,11 @@ def s3(tmp_path_factory):
 
     server = S3Server(tmp_path_factory.mktemp("moto"))
     try:
-        c = server.client()
-        c.create_bucket(Bucket="corpus")
+        fs = server.fs()
+        fs.mkdir("corpus")
         for f in SAMPLE:
-            c.upload_file(str(f), "corpus", f"sample/{f.name}")
-        c.upload_file(str(WARC), "corpus", f"crawl/{WARC.name}")
+            fs.put_file(str(f), f"corpus/sample/{f.name}")
+        fs.put_file(str(WARC), f"corpus/crawl/{WARC.name}")
         yield server
     finally:
         server.stop()
@@ -67,7 +68,7 @@ def test_parquet_and_warc_from_s3(s3, tmp_path):
     table = pa.table({"id": ["a", "b", "c"], "text": ["one", "two", "three"],
                       "score": [0.5, 0.25, 1.0]})
     pq.write_table(table, tmp_path / "t.parquet")
-    s3.client().upload_file(str(tmp_path / "t.parquet"), "corpus", "pq/t.parquet")
+    s3.fs().put_file(str(tmp_path / "t.parquet"), "corpus/pq/t.parquet")
     (got,), _ = frames(InputSpec(path="s3://corpus/pq/*.parquet", id_column="id",
                                  columns=["score"], storage_options=s3.options()))
     assert got.frame["text"].tolist() == ["one", "two", "three"]
@@ -121,8 +122,8 @@ def test_a_run_from_s3_equals_a_local_run_and_resumes(s3, client, tmp_path):
     assert again.stats["output"]["docs"] == 1660
     seg = json.loads((tmp_path / "s3" / "run.json").read_text())["segments"][0]
     assert (seg["computed"], seg["reused"]) == (0, 5)
-    s3.client().put_object(Bucket="corpus", Key="sample/python-docs-02.jsonl.gz",
-                           Body=(REPO / "data/sample/python-docs-01.jsonl.gz").read_bytes())
+    s3.fs().pipe_file("corpus/sample/python-docs-02.jsonl.gz",
+                      (REPO / "data/sample/python-docs-01.jsonl.gz").read_bytes())
     name = "s3://corpus/sample/python-docs-02.jsonl.gz"
     before = run["input_files"]
     pipeline(s3, tmp_path / "s3").run(client=client, progress=False)
@@ -131,8 +132,8 @@ def test_a_run_from_s3_equals_a_local_run_and_resumes(s3, client, tmp_path):
     assert after["segments"][0]["computed"] == 5
     assert describe_changes(str(tmp_path / "s3" / "run.json"), after["pipeline"], before,
                             "another") == [f"input files modified: {name}"]
-    s3.client().upload_file(str(REPO / "data/sample/python-docs-02.jsonl.gz"), "corpus",
-                            "sample/python-docs-02.jsonl.gz")
+    s3.fs().put_file(str(REPO / "data/sample/python-docs-02.jsonl.gz"),
+                     "corpus/sample/python-docs-02.jsonl.gz")
 
 
 def test_cli_with_credentials_from_the_environment(s3, tmp_path):
@@ -166,7 +167,7 @@ def test_eval_set_on_s3(s3, tmp_path):
     from gpupipe.stages.filters.decontaminate import EvalSet, load_samples
 
     quiz = REPO / "data" / "evals" / "python_quiz.jsonl"
-    s3.client().upload_file(str(quiz), "corpus", "evals/python_quiz.jsonl")
+    s3.fs().put_file(str(quiz), "corpus/evals/python_quiz.jsonl")
     remote = EvalSet(name="quiz", path="s3://corpus/evals/*.jsonl", text_column="passage",
                      storage_options=s3.options())
     local = EvalSet(name="quiz", path=str(quiz), text_column="passage")
