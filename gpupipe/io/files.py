@@ -181,6 +181,11 @@ def expand_paths(patterns: str | list[str], *, suffixes: tuple[str, ...] | None 
             else:
                 odd.append((os.path.normpath(c), why))
         if not candidates:
+            if os.path.isdir(pattern) and suffixes is not None:
+                raise InputError(
+                    f"input path {pattern!r} is a directory without a file ending in "
+                    f"{', '.join(suffixes[:6])}{' …' if len(suffixes) > 6 else ''}; check "
+                    f"input.path and input.format")
             raise InputError(
                 f"input path {pattern!r} matches no file (relative paths are resolved from "
                 f"{os.getcwd()}); check input.path"

@@ -563,3 +563,10 @@ def test_truncated_arc_file(tmp_path, policy):
     assert frame["url"].tolist() == ["http://a.example/x.html"]
     assert rejected == {"corrupt_file": 1, "truncated_record": 1}
     assert stats[0]["files_corrupt"] == 1 and stats[0]["skipped"] == {"image/png": 1}
+
+
+def test_a_directory_without_warc_files_says_which_endings():
+    with pytest.raises(InputError, match=r"input path 'data/sample' is a directory without a "
+                                         r"file ending in \.warc, \.warc\.gz, \.arc, \.arc\.gz; "
+                                         r"check input.path and input.format"):
+        make_source(InputSpec(path="data/sample", format="warc"))
