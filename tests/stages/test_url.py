@@ -136,3 +136,14 @@ def test_url_dedup_same_with_any_partitioning(client, tmp_path):
     whole = run_dedup(client, tmp_path / "a", keep="longest").to_pandas()
     split = run_dedup(client, tmp_path / "b", keep="longest", blocksize=60_000).to_pandas()
     assert sorted(whole["id"]) == sorted(split["id"]) and len(whole) == 109
+
+
+def test_url_stages_need_their_columns(client, tmp_path):
+    """On JSONL input (no url column), or with a date column the WARC input lacks, the stages
+    stop before any data is read."""
+    for path, st, missing in (("data/sample/*.jsonl.gz", UrlFilter(), "url"),
+                              ("data/sample/*.jsonl.gz", UrlDedup(), "url"),
+                              (WARC, UrlDedup(date_column="crawled"), "crawled")):
+        with pytest.raises(gp.SpecError, match=f"{st.stage_name}: no column '{missing}'"):
+            gp.Pipeline(input={"path": path}, output=str(tmp_path / "o"),
+                        stages=[st]).run(client=client, progress=False)

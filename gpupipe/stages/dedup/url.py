@@ -13,7 +13,7 @@ from gpupipe.frame import ID, TEXT, text_array
 from gpupipe.stages.base import GlobalStage, stage
 from gpupipe.stages.dedup.common import POS, DropLosers, doc_codes
 from gpupipe.stages.dedup.exact import ExactLosers, text_hashes
-from gpupipe.stages.filters.url import normalize_url
+from gpupipe.stages.filters.url import normalize_url, require_columns
 from gpupipe.stages.steps import Map, Output, Reduce
 
 
@@ -73,6 +73,10 @@ class UrlDedup(GlobalStage):
     url_column: str = "url"
     #: the column ``keep: latest`` compares (ISO 8601 dates, as WARC-Date)
     date_column: str = "warc_date"
+
+    def check(self, ctx=None) -> None:
+        require_columns(self.stage_name, ctx, [self.url_column] + (
+            [self.date_column] if self.keep == "latest" else []))
 
     def steps(self, ctx):
         label = f"{ctx.position}:{self.stage_name}"

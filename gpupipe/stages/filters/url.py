@@ -74,6 +74,18 @@ def read_list(path: str) -> tuple[list[str], list[str]]:
     return [e for e in entries if "/" not in e], [e for e in entries if "/" in e]
 
 
+def require_columns(name: str, ctx, columns: list[str]) -> None:
+    """``ValueError`` when a column a URL stage reads is neither carried by the input nor added
+    by an earlier stage (nothing is checked without a context)."""
+    if ctx is None:
+        return
+    have = set(ctx.input_columns) | {c for st in ctx.earlier for c in st.added_columns()}
+    missing = [c for c in columns if c not in have]
+    if missing:
+        raise ValueError(f"{name}: no column {missing[0]!r} in the input (WARC input carries "
+                         f"url and warc_date; Parquet input: list it in input.columns)")
+
+
 @stage("url_filter")
 class UrlFilter(Filter):
     """Drop documents whose URL is blocked: its host or any parent domain is on a domain list
@@ -120,12 +132,7 @@ class UrlFilter(Filter):
             for p in paths:
                 if not os.path.exists(p):
                     raise ValueError(f"url_filter: block list {p!r} ({name}) does not exist")
-        earlier = getattr(ctx, "earlier", ()) if ctx is not None else ()
-        columns = set(getattr(ctx, "input_columns", ()) or ())
-        if self.url_column != "url" and self.url_column not in columns and not any(
-                self.url_column in st.added_columns() for st in earlier):
-            raise ValueError(f"url_filter: no column {self.url_column!r} (WARC input carries "
-                             f"'url'; Parquet input: add it to input.columns)")
+        require_columns(self.stage_name, ctx, [self.url_column])
         return None
 
     def prepare(self) -> str | None:
