@@ -43,8 +43,8 @@ def filesystem(url: str, storage_options: dict | None = None):
     try:
         return fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError) as e:
-        raise InputError(f"{url}: cannot open this filesystem ({e}); s3:// needs s3fs, gs:// "
-                         f"gcsfs (pip install 'gpupipe[cloud]')") from None
+        raise InputError(f"{url}: cannot open this filesystem ({e}); s3:// needs s3fs "
+                         f"(pip install 'gpupipe[cloud]'), gs:// needs gcsfs") from None
 
 
 def remote_error(url: str, e: BaseException) -> InputError:
@@ -123,7 +123,8 @@ def _expand_remote(pattern: str, suffixes, storage_options) -> list[str]:
     fs.invalidate_cache()
     try:
         if glob.has_magic(stripped):
-            found = [p for p in fs.glob(stripped) if not fs.isdir(p)]
+            found = [p for p, info in fs.glob(stripped, detail=True).items()
+                     if info.get("type") != "directory"]
         elif fs.isdir(stripped):
             found = [p for p in fs.find(stripped)
                      if suffixes is None or p.lower().endswith(suffixes)]
