@@ -137,22 +137,16 @@ class UrlFilter(Filter):
 
     def prepare(self) -> str | None:
         """Read the block lists once, on the client; the stage then travels with them."""
+        def table(name: str, domains, urls) -> tuple:
+            return (name, frozenset(d.lower().strip(".").removeprefix("www.") for d in domains),
+                    frozenset(normalize_url(u if "://" in u else "http://" + u) for u in urls))
+
         tables = []
-        for name, paths in [*self.lists.items(), ("blocked_domain", None),
-                            ("blocked_url", None)]:
-            domains, urls = (self.domains, self.urls) if paths is None else ([], [])
-            if paths is not None:
-                for p in paths:
-                    d, u = read_list(p)
-                    domains, urls = domains + d, urls + u
-            if name == "blocked_domain":
-                urls = []
-            elif name == "blocked_url":
-                domains = []
-            tables.append((name, frozenset(x.lower().strip(".").removeprefix("www.")
-                                           for x in domains),
-                           frozenset(normalize_url(u if "://" in u else "http://" + u)
-                                     for u in urls)))
+        for name, paths in self.lists.items():
+            read = [read_list(p) for p in paths]
+            tables.append(table(name, [d for ds, _ in read for d in ds],
+                                [u for _, us in read for u in us]))
+        tables += [table("blocked_domain", self.domains, ()), table("blocked_url", (), self.urls)]
         object.__setattr__(self, "_tables", tuple(tables))
         n = sum(len(d) + len(u) for _, d, u in tables)
         return f"url_filter: {n:,} blocked domains and URLs"
@@ -162,10 +156,15 @@ class UrlFilter(Filter):
             self.prepare()
         return self._tables
 
-    def reason_codes(self, df):
+    def _urls(self, df):
         if self.url_column not in df.columns:
             raise ValueError(f"url_filter: the partition has no column {self.url_column!r}")
-        urls = dispatch.to_host(df[[self.url_column]])[self.url_column]
+        return dispatch.to_host(df[[self.url_column]])[self.url_column]
+
+    def reason_codes(self, df):
+        return self._codes(self._urls(df))
+
+    def _codes(self, urls):
         tables = self._lookup()
         code_of = {r: k for k, r in enumerate(self.reasons, 1)}
         banned = frozenset(w.lower() for w in self.banned_words)
@@ -201,7 +200,7 @@ class UrlFilter(Filter):
         return 0
 
     def evaluate(self, df):
-        codes = self.reason_codes(df)
-        urls = dispatch.to_host(df[[self.url_column]])[self.url_column]
+        urls = self._urls(df)
+        codes = self._codes(urls)
         missing = int(urls.isna().sum() + (urls == "").sum())
         return codes, df, {"no_url": missing} if missing else {}
