@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import re
 import zlib
 
@@ -221,12 +222,14 @@ class WarcSource:
         name = derived_id_prefix(path, self.root)[:-1]
         rejections = Rejections(self.on_error, FAIL_HINT)
         out = _Collector(path, name, rejections)
-        on_disk = (end if end != -1 else file_size(path, self.storage_options)) - start
         try:
-            if is_arc(path):
+            if is_arc(path):   # ARC files are read whole
+                on_disk = file_size(path, self.storage_options)
                 _read_arc(path, out, self.storage_options)
             else:
                 with open_input(path, self.storage_options) as f:
+                    # the size from the open file: no second request for a remote one
+                    on_disk = (end if end != -1 else f.seek(0, os.SEEK_END)) - start
                     units = _gzip_units(f, start, end) if is_gzip(path) else _plain_units(
                         f, start, end)
                     _read_units(units, out)
@@ -409,6 +412,18 @@ def _block_ends(data: bytes, record) -> bool:
     return head >= 0 and _AFTER_BLOCK.match(data, head + 4 + record.content_length) is not None
 
 
+def charset_of(content_type: str | None) -> str | None:
+    """The lower-cased ``charset`` parameter of an HTTP Content-Type, unquoted, or None.
+
+    >>> charset_of('text/html; charset="ISO-8859-1"; x=y')
+    'iso-8859-1'
+    """
+    if not content_type or "charset=" not in content_type.lower():
+        return None
+    value = content_type.lower().split("charset=")[-1].split(";")[0]
+    return value.strip().strip("\"'") or None
+
+
 _STATUS = re.compile(rb"HTTP/\d(?:\.\d)? (\d{3})")
 
 
@@ -433,9 +448,7 @@ def parse_http(block: bytes) -> tuple[int | None, str | None, str | None, bytes]
         if colon:
             fields[key.strip().decode("latin-1").lower()] = value.strip().decode("latin-1")
     ctype = fields.get("content-type")
-    charset = None
-    if ctype and "charset=" in ctype.lower():
-        charset = ctype.lower().split("charset=")[-1].split(";")[0].strip().strip("\"'") or None
+    charset = charset_of(ctype)
     encoding = fields.get("content-encoding", "").lower()
     if encoding in ("gzip", "x-gzip", "deflate"):
         try:
@@ -475,13 +488,10 @@ def _read_arc(path: str, out: _Collector, storage_options: dict | None = None) -
                     continue
                 status = record.http_headers.get_statuscode() if record.http_headers else None
                 ctype = record.http_headers.get_header("Content-Type") if status else None
-                charset = None
-                if ctype and "charset=" in ctype.lower():
-                    charset = ctype.lower().split("charset=")[-1].split(";")[0].strip() or None
                 out.response(offset, None, record.rec_headers.get_header("WARC-Date") or "",
                              record.rec_headers.get_header("WARC-Target-URI") or "",
                              int(status) if status and status.isdigit() else None, ctype,
-                             charset, body)
+                             charset_of(ctype), body)
         except InputError:   # a record set aside under on_error: fail
             raise
         except Exception as e:   # warcio raises several kinds on damage
