@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import selectors
 import struct
 import subprocess
 import sys
@@ -102,6 +103,9 @@ class Helper:
             [sys.executable, "-P", "-c", "import runpy, sys; "
              "runpy.run_path(sys.argv[1], run_name='__main__')", os.path.abspath(__file__)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        # one selector for the helper's replies (not one per document)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.proc.stdout, selectors.EVENT_READ)
         _send(self.proc.stdin, (name, options))
         reply = self._reply(120.0)
         if reply != "ready":
@@ -111,12 +115,8 @@ class Helper:
 
     def _reply(self, timeout: float):
         """The next reply, or ``TimeoutError`` after ``timeout`` seconds."""
-        import selectors
-
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout):
-                raise TimeoutError
+        if not self.selector.select(timeout):
+            raise TimeoutError
         try:
             return _recv(self.proc.stdout)
         except EOFError:
@@ -145,6 +145,7 @@ class Helper:
         return self.proc.poll() is None
 
     def close(self) -> None:
+        self.selector.close()
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
