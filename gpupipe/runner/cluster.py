@@ -367,6 +367,19 @@ def describe(client) -> dict:
     }
 
 
+def _scheduler_lost(client, e: BaseException) -> bool:
+    """Whether ``e``, raised by a future's result, means the client lost its scheduler: the
+    futures cancelled for that reason, or the connection to the scheduler itself closed while
+    the result was fetched (which of the two comes first is a race)."""
+    if "scheduler-connection-lost" in str(e):   # FutureCancelledError's reason
+        return True
+    from distributed.comm.core import CommClosedError
+
+    address = getattr(getattr(client, "scheduler", None), "address", None)
+    return isinstance(e, (CommClosedError, OSError)) and (
+        (address is not None and address in str(e)) or getattr(client, "status", "") != "running")
+
+
 def gather(futures, bar, label: str) -> list[dict]:
     from distributed import as_completed
 
@@ -378,7 +391,7 @@ def gather(futures, bar, label: str) -> list[dict]:
             except GpupipeError:
                 raise
             except Exception as e:
-                if "scheduler-connection-lost" in str(e):   # FutureCancelledError's reason
+                if _scheduler_lost(fut.client, e):
                     address = getattr(getattr(fut.client, "scheduler", None), "address", "?")
                     raise ClusterError(
                         f"{label}: lost the Dask scheduler at {address} (its process or its "
