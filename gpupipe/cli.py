@@ -94,6 +94,9 @@ def cmd_run(args) -> int:
             print(f"        Megatron: --data-args-path {shards['data_args']}  or "
                   f"--per-split-data-args-path {shards['directory']}/per_split_data_args.json")
     print(f"stats:  {out['path']}/run.json   ({result.summary['seconds']:.1f}s)")
+    if out.get("remote"):
+        print(f"remote: {out['remote']}  (the run directory, uploaded; the paths above are its "
+              f"local staging copy)")
     return 0
 
 

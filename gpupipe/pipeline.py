@@ -165,11 +165,17 @@ class Pipeline(PipelineSpec):
                 k: v for k, v in (("path", output), ("overwrite", overwrite)) if v is not None})
             pipeline = self.model_copy(update={"output": new_out})
         summary = execute(pipeline, client=client, workers=workers, progress=progress)
-        result = RunResult(pipeline.output.path, summary)
+        # a run on object storage: the result is its staging directory, a local copy
+        result = RunResult(summary["output"]["path"], summary)
         try:
             views.report(result)
         except Exception as e:  # the report is a view: never the reason a finished run fails
             log.warning("report.html could not be written: %s: %s", type(e).__name__, e)
+        if summary["output"].get("remote"):
+            from gpupipe.io.mirror import RunMirror
+
+            out = pipeline.output
+            RunMirror(out.path, result.output, out.storage_options).push()   # report.html
         return result
 
 

@@ -338,6 +338,19 @@ class OutputSpec(BaseModel):
         False, description="delete an existing run directory first instead of resuming it")
     shards: ShardSpec | None = Field(
         None, description="training shards; written when the pipeline ends with tokenize")
+    storage_options: dict[str, Any] | None = Field(
+        None, description="options of the output filesystem when path is a URL (s3fs: "
+                          "endpoint_url, key, secret, client_kwargs: {region_name}); "
+                          "credentials can also come from the environment")
+    staging: str | None = Field(
+        None, description="when path is a URL: the local directory the run works in and "
+                          "uploads from (default: $GPUPIPE_STAGING or ~/.cache/gpupipe/"
+                          "staging/<name>-<hash>); workers on several hosts need it on a "
+                          "shared filesystem")
+    sync_seconds: float = Field(
+        60.0, ge=0, description="when path is a URL: upload what was committed this often "
+                                "while the run works (0: only when a segment ends), so a "
+                                "killed run resumes from the remote")
 
 
 def build_stage(entry: Any, where: str = "stage") -> Stage:

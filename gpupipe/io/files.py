@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import zlib
 from pathlib import Path
 
-from gpupipe.errors import InputError
+from gpupipe.errors import GpupipeError, InputError
 
 CHUNK = 1 << 22
 #: botocore's retries for S3 unless ``storage_options`` set their own (throttling backs off)
@@ -23,6 +24,35 @@ def is_url(path) -> bool:
     """A remote path (``s3://…``), read through fsspec; ``file://`` counts as local."""
     path = os.fspath(path)
     return "://" in path and not path.startswith("file://")
+
+
+_SECRET = re.compile(r"secret|token|password|passwd|credential|session", re.I)
+
+
+def redact_options(obj, drop: bool = False):
+    """``obj`` (nested dicts and lists) with every ``storage_options`` mapping's secrets
+    (secret keys, tokens, passwords) shown as ``"***"``: what run.json and the report record.
+    With ``drop``, without the ``storage_options`` at all: what fingerprints hash, so new
+    credentials recompute nothing."""
+    if hasattr(obj, "model_dump"):   # a pydantic parameter (an eval set) as its mapping
+        obj = obj.model_dump(mode="json")
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if k == "storage_options" and isinstance(v, dict):
+                if not drop:
+                    out[k] = _mask(v)
+            else:
+                out[k] = redact_options(v, drop)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [redact_options(v, drop) for v in obj]
+    return obj
+
+
+def _mask(options: dict) -> dict:
+    return {k: ("***" if _SECRET.search(str(k)) and v else
+                _mask(v) if isinstance(v, dict) else v) for k, v in options.items()}
 
 
 def local_path(path) -> str:
@@ -47,22 +77,24 @@ def filesystem(url: str, storage_options: dict | None = None):
                          f"(pip install 'gpupipe[cloud]'), gs:// needs gcsfs") from None
 
 
-def remote_error(url: str, e: BaseException) -> InputError:
-    """An `InputError` naming the URL (and its bucket) for a failure of the remote store."""
+def remote_error(url: str, e: BaseException, options: str = "input.storage_options",
+                 error: type[GpupipeError] = InputError) -> GpupipeError:
+    """An error (`InputError` unless ``error`` says) naming the URL and its bucket for a
+    failure of the remote store; ``options`` is where the credentials can be given."""
     bucket = url.split("://", 1)[1].split("/", 1)[0] if "://" in url else ""
     kind = type(e).__name__
     text = str(e) or kind
     if isinstance(e, PermissionError) or "AccessDenied" in text or "InvalidAccessKeyId" in text \
             or "SignatureDoesNotMatch" in text or "NoCredentials" in kind:
         why = (f"access denied to bucket {bucket!r} ({text}); check the credentials "
-               f"(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or input.storage_options)")
+               f"(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or {options})")
     elif "NoSuchBucket" in text or (isinstance(e, FileNotFoundError) and "bucket" in text.lower()):
         why = f"the bucket {bucket!r} does not exist ({text})"
     elif isinstance(e, FileNotFoundError):
         why = f"not found ({text})"
     else:
         why = f"{kind}: {text}"
-    return InputError(f"{url}: {why}")
+    return error(f"{url}: {why}")
 
 
 def open_input(path: str, storage_options: dict | None = None):

@@ -82,12 +82,16 @@ def fingerprints(segments: list[Segment], input_identity: dict, version: str) ->
     A checkpoint is reused only when its fingerprint matches, so editing stage 3 recomputes
     stages 3.. and keeps the work of stages 0-2.
     """
-    h = hashlib.sha256(json.dumps({"input": input_identity, "gpupipe": version},
-                                  sort_keys=True, default=str).encode())
+    from gpupipe.io.files import redact_options
+
+    # credentials (storage_options) are not part of the result: new ones recompute nothing
+    h = hashlib.sha256(json.dumps({"input": redact_options(input_identity, drop=True),
+                                   "gpupipe": version}, sort_keys=True, default=str).encode())
     out = []
     for seg in segments:
-        h.update(json.dumps([{**s.to_dict(), **({"_identity": s.identity()}
-                                                 if s.identity() else {})}
+        h.update(json.dumps([redact_options({**s.to_dict(), **({"_identity": s.identity()}
+                                                                if s.identity() else {})},
+                                            drop=True)
                              for s in seg.stages], sort_keys=True, default=str).encode())
         out.append(h.copy().hexdigest()[:16])
     return out

@@ -13,6 +13,7 @@ import shutil
 import time
 
 from gpupipe.errors import OutputError, SpecError
+from gpupipe.io.files import redact_options
 from gpupipe.io.writer import write_json
 from gpupipe.runner.plan import fingerprints, plan
 from gpupipe.runner.progress import make_progress
@@ -69,13 +70,21 @@ def check_output_apart(pipeline, source) -> None:
     would read the run's own output), nor lie inside a directory read as input."""
     import glob as globmod
 
-    out = os.path.realpath(pipeline.output.path)
+    from gpupipe.io.files import is_url
+
+    remote = is_url(pipeline.output.path)
+
+    def where(path: str) -> str:
+        if remote:
+            return path.rstrip("/") if is_url(path) else ""
+        return "" if is_url(path) else os.path.realpath(os.path.expanduser(path or "."))
 
     def inside(path: str, d: str) -> bool:
-        return os.path.commonpath([path, d]) == d
+        return bool(path and d) and (path == d or path.startswith(d.rstrip("/") + "/"))
 
+    out = where(pipeline.output.path)
     for f in source.files:
-        if inside(os.path.realpath(f), out):
+        if inside(where(f), out):
             raise SpecError(f"output.path {pipeline.output.path!r} contains the input file {f}; "
                             f"write the run somewhere else")
     for spec in pipeline.sources().values():
@@ -85,8 +94,8 @@ def check_output_apart(pipeline, source) -> None:
                 if "**" not in pattern:
                     continue
                 base = pattern[:pattern.index("**")]
-            base = os.path.realpath(os.path.expanduser(base or "."))
-            if os.path.isdir(base) and inside(out, base):
+            base = where(base)
+            if (remote or os.path.isdir(base)) and inside(out, base):
                 raise SpecError(f"output.path {pipeline.output.path!r} is inside the input "
                                 f"directory {pattern!r}: a rerun would read its own output; "
                                 f"write the run somewhere else")
@@ -134,9 +143,40 @@ def execute(pipeline, *, client=None, workers: int | None = None,
 
 
 def _execute(pipeline, client, pending, backend, env, progress, t_start, started) -> dict:
-    from gpupipe.runner.cluster import describe
+    from gpupipe.io.files import is_url
 
     source = make_pipeline_source(pipeline)
+    check_output_apart(pipeline, source)
+    if not is_url(pipeline.output.path):
+        return _run(pipeline, source, client, pending, backend, env, progress, t_start, started,
+                    None)
+    from gpupipe.io.mirror import RunMirror
+
+    spec = pipeline.output
+    mirror = RunMirror(spec.path, spec.staging, spec.storage_options, spec.sync_seconds)
+    staged = pipeline.model_copy(update={"output": spec.model_copy(
+        update={"path": mirror.staging, "overwrite": False})})
+    if spec.overwrite:
+        log.info("overwrite: deleting the previous run in %s", spec.path)
+        mirror.clear()
+    elif (held := mirror.listing()) and "run.json" not in held:
+        raise OutputError(f"output.path {spec.path!r} is not empty and holds no gpupipe run "
+                          f"(no run.json); choose another output.path (nothing was deleted)")
+    mirror.pull()
+    mirror.start()
+    try:
+        summary = _run(staged, source, client, pending, backend, env, progress, t_start,
+                       started, mirror)
+    finally:
+        mirror.stop()
+        mirror.push()   # also after a failure: what was committed, and run.json's error
+    return summary
+
+
+def _run(pipeline, source, client, pending, backend, env, progress, t_start, started,
+         mirror) -> dict:
+    from gpupipe.runner.cluster import describe
+
     segments = plan(pipeline.all_stages())
     _warn_conversions(pipeline, segments, backend.name)
     if backend.name == "cudf" and pipeline.cluster.kind == "local":
@@ -147,14 +187,17 @@ def _execute(pipeline, client, pending, backend, env, progress, t_start, started
     fps = fingerprints(segments, identity, vers["gpupipe"])
     out = pipeline.output.path
     _check_stages(pipeline)
-    check_output_apart(pipeline, source)
-    prepare_output(out, pipeline.output.overwrite)
+    if mirror is None:   # a staging directory was prepared by its pull
+        prepare_output(out, pipeline.output.overwrite)
     inputs = {f: [size, mtime] for f, size, mtime in identity["files"]}
-    for line in describe_changes(os.path.join(out, "run.json"), pipeline.to_dict(), inputs,
-                                 fps[-1]):
-        log.warning("resuming %s: %s; the stages from there on are recomputed", out, line)
+    recorded = redact_options(pipeline.to_dict())   # no secret in run.json
+    if mirror is not None:   # the run's address is the URL; where it works is a detail
+        recorded["output"] = {**recorded["output"], "path": mirror.url}
+    for line in describe_changes(os.path.join(out, "run.json"), recorded, inputs, fps[-1]):
+        log.warning("resuming %s: %s; the stages from there on are recomputed",
+                    mirror.url if mirror else out, line)
     base = {"schema_version": SCHEMA_VERSION, "status": "running", "started": started,
-            "gpupipe_version": vers["gpupipe"], "pipeline": pipeline.to_dict(),
+            "gpupipe_version": vers["gpupipe"], "pipeline": recorded,
             "fingerprint": fps[-1], "input_files": inputs}
     write_json(base, os.path.join(out, "run.json"))
 
@@ -172,12 +215,15 @@ def _execute(pipeline, client, pending, backend, env, progress, t_start, started
         else:
             client, compiled = pending.result()
         summary = run_segments(pipeline, client, count_block_lines(client, source, bar),
-                               segments, fps, out, bar, backend.name)
+                               segments, fps, out, bar, backend.name,
+                               committed=mirror.push if mirror else None)
         if pipeline.sink_stage() is not None:
             summary["shards"] = run_shards(client, pipeline, out, fps[-1],
                                            summary["output"]["partitions"], bar, vers)
         if compiled:
             summary["compile"] = compiled
+        if mirror is not None:
+            summary["output"] = {**summary["output"], "remote": mirror.url}
         cluster_info = describe(client)
     except BaseException as e:
         bar.close()
@@ -194,12 +240,13 @@ def _execute(pipeline, client, pending, backend, env, progress, t_start, started
         "gpupipe_version": vers["gpupipe"],
         "fingerprint": fps[-1],
         "input_files": inputs,
-        "pipeline": pipeline.to_dict(),
+        "pipeline": recorded,
         "versions": vers,
         "backend": {"requested": pipeline.backend, "used": backend.name, "reason": backend.reason},
         "cluster": {"kind": pipeline.cluster.kind, **cluster_info},
         **summary,
     }
+    summary = redact_options(summary)
     write_json(summary, os.path.join(out, "run.json"))
     return summary
 

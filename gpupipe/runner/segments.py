@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 
 def run_segments(pipeline, client, source, segments: list[Segment], fps, out, bar,
-                  backend: str = "pandas") -> dict:
+                  backend: str = "pandas", committed=None) -> dict:
+    """``committed()`` is called when each segment is (a run on object storage uploads it)."""
     source_in = source
     upstream_changed = False
     seg_info = []
@@ -90,6 +91,8 @@ def run_segments(pipeline, client, source, segments: list[Segment], fps, out, ba
                          "directory": os.path.relpath(directory, out), "partitions": len(reports),
                          "computed": computed, "reused": len(reports) - computed,
                          "seconds": round(time.perf_counter() - t0, 3)})
+        if committed is not None and computed:
+            committed()
         extra = sorted({c for st in pipeline.all_stages()[: (seg.positions[-1] + 1
                                                              if seg.positions else 0)]
                         for c in st.added_columns()} | ({"source"} if pipeline.inputs else set())

@@ -31,22 +31,6 @@ SAMPLE = sorted((REPO / "data" / "sample").glob("*.jsonl.gz"))
 WARC = REPO / "data" / "web" / "docs-crawl.warc.gz"
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    from tests.io.s3_server import S3Server
-
-    server = S3Server(tmp_path_factory.mktemp("moto"))
-    try:
-        fs = server.fs()
-        fs.mkdir("corpus")
-        for f in SAMPLE:
-            fs.put_file(str(f), f"corpus/sample/{f.name}")
-        fs.put_file(str(WARC), f"corpus/crawl/{WARC.name}")
-        yield server
-    finally:
-        server.stop()
-
-
 def frames(spec: InputSpec):
     src = make_source(spec)
     return [src.read(i) for i in range(src.npartitions)], src

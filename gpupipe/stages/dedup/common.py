@@ -13,7 +13,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpupipe.errors import SpecError
+from gpupipe.errors import GpupipeError, SpecError
+from gpupipe.io.files import file_identity, is_url
 from gpupipe.io.rundir import INDEX_FORMAT, index_dir, index_manifest
 from gpupipe.stages.steps import Output
 
@@ -140,15 +141,42 @@ class DropLosers:
 
 # --- the index of kept documents for later runs ------------------------------------------------
 
+class AgainstIndexes:
+    """What a dedup stage with ``against`` (earlier runs: directories or URLs) and
+    ``storage_options`` (for those URLs) shares: its identity, its check, its indexes."""
+
+    def identity(self) -> dict:
+        return ({"against": against_identity(self.against, self.stage_name,
+                                             self.storage_options)} if self.against else {})
+
+    def check(self, ctx=None) -> None:
+        self.earlier_indexes(ctx.output_dir if ctx is not None else None)
+
+    def earlier_indexes(self, output_dir: str | None) -> list[dict]:
+        return open_indexes(self.against, self.stage_name, self.index_params(), output_dir,
+                            self.storage_options)
+
+
 def open_indexes(against: list[str], stage_name: str, params: dict,
-                 output_dir: str | None = None) -> list[dict]:
-    """The indexes of earlier runs, checked: each ``{"run", "dir", "partitions"}``.
+                 output_dir: str | None = None,
+                 storage_options: dict | None = None) -> list[dict]:
+    """The indexes of earlier runs, checked: each ``{"run", "dir", "partitions"}``. A run on
+    object storage is read from a local copy of its run.json and index, refreshed by ETag.
 
     Refuses, naming the run and the differing parameters, an index built with other parameters
     (its documents would never match), a run that did not complete, or a path with no index."""
     out = []
-    for run in against:
-        if output_dir is not None and os.path.abspath(run) == os.path.abspath(output_dir):
+    for name in against:
+        run = name
+        if is_url(name):
+            from gpupipe.io.mirror import fetch_run
+
+            try:
+                run = fetch_run(name, ("run.json", f"dedup/index/{stage_name}/"),
+                                storage_options)
+            except GpupipeError as e:
+                raise SpecError(f"{stage_name}.against: {e}") from None
+        elif output_dir is not None and os.path.abspath(run) == os.path.abspath(output_dir):
             raise SpecError(f"{stage_name}.against: {run!r} is this run's own output directory; "
                             f"name earlier runs only")
         d = index_dir(run, stage_name)
@@ -157,16 +185,16 @@ def open_indexes(against: list[str], stage_name: str, params: dict,
             with open(os.path.join(run, "run.json"), encoding="utf-8") as f:
                 status = json.load(f).get("status")
         except (OSError, ValueError):
-            raise SpecError(f"{stage_name}.against: {run!r} is not a gpupipe run directory "
+            raise SpecError(f"{stage_name}.against: {name!r} is not a gpupipe run directory "
                             f"(no run.json)") from None
         if status != "complete":
-            raise SpecError(f"{stage_name}.against: the run in {run!r} is {status!r}, not "
+            raise SpecError(f"{stage_name}.against: the run in {name!r} is {status!r}, not "
                             f"complete; finish it before deduplicating against it")
         try:
             with open(manifest, encoding="utf-8") as f:
                 m = json.load(f)
         except (OSError, ValueError):
-            raise SpecError(f"{stage_name}.against: {run!r} has no {stage_name} index "
+            raise SpecError(f"{stage_name}.against: {name!r} has no {stage_name} index "
                             f"({os.path.relpath(manifest, run)}); that run had no "
                             f"{stage_name} stage, or ran before gpupipe wrote indexes") from None
         if m.get("format") != INDEX_FORMAT or m.get("params") != params:
@@ -182,15 +210,25 @@ def open_indexes(against: list[str], stage_name: str, params: dict,
         if missing:
             raise SpecError(f"{stage_name}.against: the index in {d} is incomplete "
                             f"({len(missing)} of {n} partitions missing)")
-        out.append({"run": run, "dir": d, "partitions": n})
+        out.append({"run": name, "dir": d, "partitions": n})
     return out
 
 
-def against_identity(against: tuple[str, ...], stage_name: str) -> dict:
-    """The earlier runs' index manifests and completion times: a rerun of one of them changes
-    the fingerprint of a stage deduplicating against it."""
+def against_identity(against: tuple[str, ...], stage_name: str,
+                     storage_options: dict | None = None) -> dict:
+    """The earlier runs' index manifests and completion times (ETags on object storage): a
+    rerun of one of them changes the fingerprint of a stage deduplicating against it."""
     out = {}
     for run in against:
+        if is_url(run):
+            stamp = []
+            for rel in ("run.json", f"dedup/index/{stage_name}/manifest.json"):
+                try:
+                    stamp.append(file_identity(f"{run.rstrip('/')}/{rel}", storage_options)[1:])
+                except GpupipeError:
+                    stamp.append(None)
+            out[run] = stamp
+            continue
         stamp = []
         for path in (os.path.join(run, "run.json"),
                      index_manifest(run, stage_name)):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -14,15 +14,14 @@ from gpupipe.stages.base import GlobalStage, stage
 from gpupipe.stages.dedup.common import (
     POS,
     ROW,
+    AgainstIndexes,
     DropLosers,
     Keep,
-    against_identity,
     doc_codes,
     group_losers,
     index_parts,
     is_old,
     old_part,
-    open_indexes,
     read_index_part,
     split_codes,
 )
@@ -118,7 +117,7 @@ class ExactLosers:
 
 
 @stage("exact_dedup")
-class ExactDedup(GlobalStage):
+class ExactDedup(AgainstIndexes, GlobalStage):
     """Keep one document per identical text (md5 or xxHash64 of the UTF-8 bytes).
 
     ``normalize`` hashes NFKC, lower-cased, whitespace-collapsed text instead. Documents are
@@ -127,7 +126,9 @@ class ExactDedup(GlobalStage):
     (similarity 1.0, component null: the columns fuzzy_dedup writes too).
     ``against``: earlier run directories whose kept documents count as already seen (their
     ``dedup/index/exact_dedup/``, which every run writes); a document identical to one of them
-    is removed with ``duplicate_run`` naming the run. On cuDF the xxHash64 keys are computed on
+    is removed with ``duplicate_run`` naming the run. A run on object storage is named by its
+    URL (``s3://bucket/run``), read with ``storage_options`` (or credentials from the
+    environment) into a local copy refreshed by ETag. On cuDF the xxHash64 keys are computed on
     the GPU (md5 and ``normalize`` hash on the host), and the same documents are removed.
     """
 
@@ -139,20 +140,15 @@ class ExactDedup(GlobalStage):
     normalize: bool = False
     keep: Keep = "first"
     against: tuple[str, ...] = ()
+    storage_options: dict[str, Any] | None = None
 
-    def identity(self) -> dict:
-        return {"against": against_identity(self.against, self.stage_name)} if self.against else {}
 
     def index_params(self) -> dict:
         return {"hash": self.hash, "normalize": self.normalize}
 
-    def check(self, ctx=None) -> None:
-        open_indexes(self.against, self.stage_name, self.index_params(),
-                     ctx.output_dir if ctx is not None else None)
 
     def steps(self, ctx):
-        indexes = open_indexes(self.against, self.stage_name, self.index_params(),
-                               ctx.output_dir)
+        indexes = self.earlier_indexes(ctx.output_dir)
         label = f"{ctx.position}:{self.stage_name}"
         keyed = ("keys", "earlier") if indexes else "keys"
         return [

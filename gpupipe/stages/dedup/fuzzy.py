@@ -19,7 +19,7 @@ Steps (`gpupipe.stages.steps`), each checkpointed by the runner:
 from __future__ import annotations
 
 import functools
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -34,15 +34,14 @@ from gpupipe.stages.dedup.common import (
     OLD_BASE,
     POS,
     ROW,
+    AgainstIndexes,
     DropLosers,
     Keep,
-    against_identity,
     doc_codes,
     index_parts,
     index_path,
     is_old,
     old_part,
-    open_indexes,
     rank_order,
     split_codes,
 )
@@ -499,7 +498,7 @@ class Select:
 
 
 @stage("fuzzy_dedup")
-class FuzzyDedup(GlobalStage):
+class FuzzyDedup(AgainstIndexes, GlobalStage):
     """Remove near-duplicates: MinHash signatures, LSH bands, verified candidate pairs.
 
     ``preset``: ``nemo`` (24-character shingles, MurmurHash3_x86_32, 20 bands x 13 rows,
@@ -517,7 +516,8 @@ class FuzzyDedup(GlobalStage):
 
     ``against``: earlier run directories whose kept documents count as already seen (their
     ``dedup/index/fuzzy_dedup/``, which every run writes; built with the same parameters). A
-    near-copy of one of them is removed with ``duplicate_run`` naming the run. Signatures are
+    near-copy of one of them is removed with ``duplicate_run`` naming the run; runs on object
+    storage are URLs, read with ``storage_options`` as in exact_dedup. Signatures are
     the same bits as cuDF's ``str.minhash`` / ``minhash_ngrams``.
     """
 
@@ -541,6 +541,7 @@ class FuzzyDedup(GlobalStage):
     jaccard_threshold: Annotated[float | None, Field(gt=0, le=1)] = None
     keep: Keep = "first"
     against: tuple[str, ...] = ()
+    storage_options: dict[str, Any] | None = None
 
     def __post_init__(self):
         if self.threshold is not None and (self.bands is not None or self.rows is not None):
@@ -558,15 +559,10 @@ class FuzzyDedup(GlobalStage):
             return self.threshold
         return round(lsh_threshold(cfg["bands"], cfg["rows"]), 4)
 
-    def identity(self) -> dict:
-        return {"against": against_identity(self.against, self.stage_name)} if self.against else {}
 
     def index_params(self) -> dict:
         return self.config()
 
-    def check(self, ctx=None) -> None:
-        open_indexes(self.against, self.stage_name, self.config(),
-                     ctx.output_dir if ctx is not None else None)
 
     def explain_notes(self) -> list[str]:
         cfg = self.config()
@@ -603,7 +599,7 @@ class FuzzyDedup(GlobalStage):
 
     def steps(self, ctx):
         cfg = self.config()
-        indexes = open_indexes(self.against, self.stage_name, cfg, ctx.output_dir)
+        indexes = self.earlier_indexes(ctx.output_dir)
         mode, threshold = self.verification(), self.similarity_threshold(cfg)
         label = f"{ctx.position}:{self.stage_name}"
         keyed = ("signatures", "earlier") if indexes else "signatures"

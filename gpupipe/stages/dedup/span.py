@@ -5,7 +5,7 @@ footers), as datatrove's ``SentenceDedup`` and dolma's paragraph dedup."""
 from __future__ import annotations
 
 import os
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -20,14 +20,13 @@ from gpupipe.stages.dedup.common import (
     OLD_RUN_SHIFT,
     POS,
     ROW,
+    AgainstIndexes,
     Keep,
-    against_identity,
     doc_codes,
     group_losers,
     index_parts,
     is_old,
     old_part,
-    open_indexes,
     rank_order,
     read_index_part,
     split_codes,
@@ -381,7 +380,7 @@ def _index_table(df, hashes: np.ndarray, rows: np.ndarray) -> pa.Table:
 
 
 @stage("span_dedup")
-class SpanDedup(GlobalStage):
+class SpanDedup(AgainstIndexes, GlobalStage):
     """Cut spans repeated across the corpus out of documents: boilerplate lines, paragraphs or
     sentences (datatrove's ``SentenceDedup``, dolma's paragraph dedup).
 
@@ -409,7 +408,8 @@ class SpanDedup(GlobalStage):
     ``span_dedup_fraction``, the share of each document's characters that would go. Every cut
     span is written to ``dedup/spans.parquet/`` (document, character range, hash, count, the
     document that kept it, its text). ``against``: earlier run directories whose spans count as
-    already kept (their ``dedup/index/span_dedup/``, which every run writes). Splitting,
+    already kept (their ``dedup/index/span_dedup/``, which every run writes; URLs of runs on
+    object storage are read with ``storage_options`` as in exact_dedup). Splitting,
     hashing and cutting are kernels (`gpupipe.kernels.spans`) that run on the GPU on cuDF.
     """
 
@@ -426,6 +426,7 @@ class SpanDedup(GlobalStage):
     min_words: Annotated[int, Field(ge=0)] = 50
     mode: Literal["remove", "annotate"] = "remove"
     against: tuple[str, ...] = ()
+    storage_options: dict[str, Any] | None = None
     counting: Literal["exact", "bloom"] = "exact"
     false_positive_rate: Annotated[float, Field(gt=0, le=0.1)] = 1e-4
 
@@ -437,8 +438,6 @@ class SpanDedup(GlobalStage):
                              f"(got max_occurrences: {self.max_occurrences}, keep: {self.keep})")
         return self
 
-    def identity(self) -> dict:
-        return {"against": against_identity(self.against, self.stage_name)} if self.against else {}
 
     def index_params(self) -> dict:
         return {"unit": self.unit, "span": self.span, "normalize": sorted(set(self.normalize))}
@@ -446,13 +445,9 @@ class SpanDedup(GlobalStage):
     def added_columns(self) -> dict[str, str]:
         return {"span_dedup_fraction": "float64"} if self.mode == "annotate" else {}
 
-    def check(self, ctx=None) -> None:
-        open_indexes(self.against, self.stage_name, self.index_params(),
-                     ctx.output_dir if ctx is not None else None)
 
     def steps(self, ctx):
-        indexes = open_indexes(self.against, self.stage_name, self.index_params(),
-                               ctx.output_dir)
+        indexes = self.earlier_indexes(ctx.output_dir)
         cut = Map("cut", SpanCut(self.span, self.min_words, self.mode == "annotate", ctx.label,
                                  [ix["run"] for ix in indexes], self.counting == "bloom"),
                   output=True)
