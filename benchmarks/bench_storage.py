@@ -9,6 +9,11 @@
   runs it): MB/s
   of file and the ratio. The server runs on this machine, so the figure is the cost of the S3
   protocol and client, not of a network.
+* ``s3_write``: a run (normalize_text + length_filter over those files) with its run
+  directory on local disk, then on the S3 server (`output.path: s3://…`, uploaded from a
+  staging directory in commit order), on one shared local cluster: seconds and the ratio. And
+  the upload alone (`RunMirror.push` of the finished run directory into an empty prefix)
+  against s3fs ``put_file`` of the same files in a loop, the unavoidable work: MB/s and ratio.
 * ``mds_write``: the tokens of the same documents written as one shard in each format
   (`gpupipe.shards.formats`): MB/s of shard, MDS against Megatron's ``.bin/.idx``, and the
   read-back check (every sequence of the MDS shard, read by gpupipe's reader, equals the
@@ -53,6 +58,56 @@ def read_all(path: str, storage_options: dict | None = None) -> int:
     return sum(src.read(i).stats["docs"] for i in range(src.npartitions))
 
 
+def s3_write(server, tmp: Path, repeat: int) -> dict:
+    import time
+
+    from distributed import Client, LocalCluster
+
+    import gpupipe as gp
+    from gpupipe.io.mirror import RunMirror
+    from gpupipe.stages import LengthFilter, NormalizeText
+
+    def run(out: str, **output) -> float:
+        pipe = gp.Pipeline(input={"path": str(tmp / "pq"), "id_column": "id"},
+                           stages=[NormalizeText(), LengthFilter(min_words=20)],
+                           output={"path": out, "overwrite": True, **output})
+        t0 = time.perf_counter()
+        pipe.run(client=client, progress=False)
+        return time.perf_counter() - t0
+
+    options = server.options()
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        run(str(tmp / "warm"))   # kernels compiled once, outside the timings
+        local = best_of(lambda: run(str(tmp / "run")), repeat)
+        remote = best_of(lambda: run("s3://bench/run", storage_options=options,
+                                     staging=str(tmp / "staging")), repeat)
+    files = [p for p in (tmp / "run").rglob("*") if p.is_file()]
+    mb = sum(p.stat().st_size for p in files) / 1e6
+    fs = server.fs()
+    n = [0]
+
+    def put_loop():
+        n[0] += 1
+        for p in files:
+            fs.put_file(str(p), f"bench/put-{n[0]}/{p.relative_to(tmp / 'run')}")
+
+    def push():
+        n[0] += 1
+        RunMirror(f"s3://bench/push-{n[0]}", str(tmp / f"push-{n[0]}"), options, 0).pull()
+        mirror = RunMirror(f"s3://bench/push-{n[0]}", str(tmp / "run"), options, 0)
+        (tmp / "run" / ".gpupipe-mirror.json").unlink(missing_ok=True)
+        mirror.push()
+
+    t_put, t_push = best_of(put_loop, repeat), best_of(push, repeat)
+    return {"run_seconds": {"local": round(local, 2), "s3": round(remote, 2)},
+            "run_s3_vs_local": round(remote / local, 2),
+            "upload": {"files": len(files), "mb": round(mb, 2),
+                       "push_mb_per_s": round(mb / t_push, 1),
+                       "put_file_mb_per_s": round(mb / t_put, 1),
+                       "push_vs_put_file": round(t_put / t_push, 2)}}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=8)
@@ -77,6 +132,7 @@ def main(argv=None) -> int:
             docs_s3 = read_all("s3://bench/pq/", server.options())
             t_local = best_of(lambda: read_all(str(tmp / "pq")), args.repeat)
             t_s3 = best_of(lambda: read_all("s3://bench/pq/", server.options()), args.repeat)
+            report["s3_write"] = s3_write(server, tmp, args.repeat)
         finally:
             server.stop()
         report["s3_read"] = {"files": len(files), "file_mb": round(mb, 2),

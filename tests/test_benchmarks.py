@@ -116,4 +116,5 @@ def test_bench_warc_and_storage_run():
     assert r.returncode == 0, r.stderr[-2000:]
     storage = json.loads(r.stdout)
     assert storage["s3_read"]["docs"] == [1808, 1808]
+    assert storage["s3_write"]["upload"]["files"] == 27   # the run directory, every file
     assert storage["mds_write"]["read_back"] == {"sequences": 1808, "equal": 1808}

@@ -208,29 +208,32 @@ class RunMirror:
                                   f"{e.strerror}") from None
             state = self._load_state()
             local = {r: v for r, v in self._local().items() if wanted(r)}
-            got = kept = removed = 0
-            new_state = {}
+            new_state, fetch = {}, []
             for rel, info in sorted(remote.items()):
-                etag, size = _etag(info), int(info.get("size") or 0)
                 rec = state.get(rel)
-                if rec and rec[2] == etag and local.get(rel) == rec[:2]:
+                if rec and rec[2] == _etag(info) and local.get(rel) == rec[:2]:
                     new_state[rel] = rec
-                    kept += 1
-                    continue
-                path = os.path.join(self.staging, *rel.split("/"))
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.pull")
-                try:
-                    self.fs.get_file(self._key(rel), tmp)
-                except Exception as e:
-                    raise self._error(e) from e
+                else:
+                    fetch.append(rel)
+            paths = [os.path.join(self.staging, *rel.split("/")) for rel in fetch]
+            tmps = [os.path.join(os.path.dirname(p), f".{os.path.basename(p)}.pull")
+                    for p in paths]
+            for p in paths:
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+            try:
+                if fetch:   # concurrently, on an async filesystem such as s3fs
+                    self.fs.get([self._key(rel) for rel in fetch], tmps)
+            except Exception as e:
+                raise self._error(e) from e
+            for rel, path, tmp in zip(fetch, paths, tmps):
                 os.replace(tmp, path)
                 st = os.stat(path)
+                size = int(remote[rel].get("size") or 0)
                 if st.st_size != size:
                     raise OutputError(f"{self.url}/{rel}: downloaded {st.st_size} bytes, the "
                                       f"store lists {size}")
-                new_state[rel] = [st.st_size, st.st_mtime_ns, etag]
-                got += 1
+                new_state[rel] = [st.st_size, st.st_mtime_ns, _etag(remote[rel])]
+            got, kept, removed = len(fetch), len(remote) - len(fetch), 0
             for rel in sorted(set(local) - set(remote), key=lambda r: -rank(r)):
                 os.remove(os.path.join(self.staging, *rel.split("/")))
                 removed += 1
@@ -250,41 +253,40 @@ class RunMirror:
             first = {r: v for r, v in self._local().items() if rank(r) > 0}
             data = {r: v for r, v in self._local().items() if rank(r) == 0}
             now = {**data, **first}
-            sent = deleted = 0
+            sent, deleted = {}, 0
             try:
-                for rel in sorted(set(state) - set(now), key=lambda r: (-rank(r), r)):
-                    if rank(rel) == 3:
-                        continue
-                    try:
-                        self.fs.rm_file(self._key(rel))
-                    except FileNotFoundError:
-                        pass
-                    del state[rel]
-                    deleted += 1
-                complete = True
+                gone = set(state) - set(now)
+                for r in (2, 1, 0):   # run.json (rank 3) stays: it says what the prefix is
+                    keys = sorted(k for k in gone if rank(k) == r)
+                    if keys:
+                        self.fs.rm([self._key(k) for k in keys])
+                        for k in keys:
+                            del state[k]
+                        deleted += len(keys)
                 for r in range(4):
-                    if r > 0 and not complete:
+                    todo = sorted(k for k in now if rank(k) == r
+                                  and state.get(k, [None, None])[:2] != now[k])
+                    if not todo:
+                        continue
+                    try:   # concurrently, on an async filesystem such as s3fs
+                        self.fs.put([os.path.join(self.staging, *k.split("/")) for k in todo],
+                                    [self._key(k) for k in todo])
+                    except FileNotFoundError:
                         break   # data vanished while pushing (a reset): no marker this time
-                    for rel in sorted(k for k in now if rank(k) == r):
-                        size_mtime = now[rel]
-                        if state.get(rel, [None, None])[:2] == size_mtime:
-                            continue
-                        path = os.path.join(self.staging, *rel.split("/"))
-                        try:
-                            self.fs.put_file(path, self._key(rel))
-                        except FileNotFoundError:
-                            complete = False
-                            continue
-                        info = self.fs.info(self._key(rel))
-                        state[rel] = [*size_mtime, _etag(info)]
-                        sent += 1
-                        self.pushed_bytes += size_mtime[0]
+                    sent.update((k, now[k]) for k in todo)
+                if sent:   # the ETags, from one listing instead of a request per file
+                    listed = self.listing()
+                    for k, size_mtime in sent.items():
+                        if k in listed:
+                            state[k] = [*size_mtime, _etag(listed[k])]
             except OutputError:
                 raise
             except Exception as e:
                 raise self._error(e) from e
             finally:
                 self._save_state(state)
+            self.pushed_bytes += sum(v[0] for v in sent.values())
+            sent = len(sent)
             self.pushed_files += sent
             return {"uploaded": sent, "deleted": deleted}
 
