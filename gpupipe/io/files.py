@@ -73,8 +73,8 @@ def filesystem(url: str, storage_options: dict | None = None):
     try:
         return fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError) as e:
-        raise InputError(f"{url}: cannot open this filesystem ({e}); s3:// needs s3fs "
-                         f"(pip install 'gpupipe[cloud]'), gs:// needs gcsfs") from None
+        raise InputError(f"{url}: cannot open this filesystem ({e}); s3:// and http(s):// "
+                         f"need pip install 'gpupipe[cloud]', gs:// needs gcsfs") from None
 
 
 def remote_error(url: str, e: BaseException, options: str = "input.storage_options",
@@ -162,7 +162,8 @@ def _expand_remote(pattern: str, suffixes, storage_options) -> list[str]:
                      if suffixes is None or p.lower().endswith(suffixes)]
         else:
             found = [stripped] if fs.exists(stripped) else []
-            if not found:   # name the bucket when it is the bucket that is missing
+            if not found and not pattern.startswith(("http://", "https://")):
+                # name the bucket when it is the bucket that is missing
                 bucket = stripped.split("/", 1)[0]
                 if bucket and not fs.exists(bucket):
                     raise FileNotFoundError(f"NoSuchBucket: {bucket}")

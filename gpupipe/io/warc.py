@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 import os
 import re
 import zlib
@@ -45,6 +46,8 @@ from gpupipe.errors import InputError
 from gpupipe.frame import ID, TEXT, from_arrow
 from gpupipe.io.files import derived_id_prefix, file_size, open_input
 from gpupipe.io.source import FAIL_HINT, ReadResult, Rejections
+
+log = logging.getLogger(__name__)
 
 #: HTTP content types whose body is kept as a document (other responses are counted, skipped)
 TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
@@ -83,9 +86,18 @@ def split_blocks(files: tuple[str, ...], blocksize: int | None,
             blocks.append((fi, 0, -1))
             continue
         bounds = [0]
-        with open_input(path, storage_options) as f:
-            while (cut := _next_record_start(f, bounds[-1] + blocksize, size, is_gzip(path))) < size:
-                bounds.append(cut)
+        try:
+            with open_input(path, storage_options) as f:
+                while (cut := _next_record_start(f, bounds[-1] + blocksize, size,
+                                                 is_gzip(path))) < size:
+                    bounds.append(cut)
+        except ValueError as e:   # fsspec's HTTP file on a server that ignores Range
+            if "range" not in str(e).lower():
+                raise
+            log.warning("%s: the server does not answer range requests; the file is read "
+                        "whole, as one partition", path)
+            blocks.append((fi, 0, -1))
+            continue
         bounds.append(size)
         blocks.extend((fi, a, b if b < size else -1) for a, b in zip(bounds, bounds[1:]))
     return tuple(blocks)
