@@ -123,10 +123,22 @@ class Helper:
             raise RuntimeError(f"the {self.name} helper process died (exit code "
                                f"{self.proc.wait()})") from None
 
-    def extract(self, htmls: list[str], timeout: float):
+    def _feed(self, htmls: list[str], batch: int) -> None:
+        """Send the documents in small batches while the helper works, so that it never
+        waits for input (a thread: the pipe holds 64 KiB, and replies must be read
+        meanwhile)."""
+        try:
+            for k in range(0, len(htmls), batch):
+                _send(self.proc.stdin, htmls[k:k + batch])
+        except (OSError, ValueError):   # the helper was killed (a timeout): nothing to send
+            pass
+
+    def extract(self, htmls: list[str], timeout: float, batch: int = 8):
         """``(text, error)`` per document; the document that runs past ``timeout`` seconds is
         ``(None, "timeout")`` and ends this helper (the caller starts another)."""
-        _send(self.proc.stdin, htmls)
+        feeder = threading.Thread(target=self._feed, args=(htmls, batch), daemon=True,
+                                  name="gpupipe-extract-feed")
+        feeder.start()
         out = []
         for _ in htmls:
             try:
@@ -139,6 +151,7 @@ class Helper:
                 self.close()
                 out.append((None, str(e)))
                 break
+        feeder.join()
         return out
 
     def alive(self) -> bool:
@@ -159,8 +172,7 @@ class Helper:
 _helpers = threading.local()
 
 
-def extract_with_timeout(name: str, options: dict, htmls: list[str], timeout: float,
-                         batch: int = 64):
+def extract_with_timeout(name: str, options: dict, htmls: list[str], timeout: float):
     """``(text, error)`` per document, each extracted in a helper process that is killed when
     one document takes more than ``timeout`` seconds (its error is ``"timeout"``; the next
     helper goes on with the documents after it). One helper per thread and configuration is
@@ -174,7 +186,7 @@ def extract_with_timeout(name: str, options: dict, htmls: list[str], timeout: fl
         helper = pool.get(key)
         if helper is None or not helper.alive():
             helper = pool[key] = Helper(name, options)
-        done = helper.extract(htmls[len(out):len(out) + batch], timeout)
+        done = helper.extract(htmls[len(out):], timeout)
         out.extend(done)
     return out
 
