@@ -316,11 +316,21 @@ class ShardSpec(BaseModel):
     packing: Literal["none", "bfd"] = Field(
         "none", description="bfd: best-fit-decreasing packs of exactly seq_length tokens")
     seq_length: Annotated[int | None, Field(ge=2)] = None
+    text: bool = Field(
+        False, description="also store each document's text beside its tokens (formats "
+                           "that hold it: mds, as a `text` column); not with packing")
 
     @model_validator(mode="after")
     def _check(self):
         if self.num_shards is not None and self.target_shard_tokens is not None:
             raise ValueError("give num_shards or target_shard_tokens, not both")
+        if self.text and not SHARD_FORMATS[self.format].takes_text:
+            able = [k for k, f in SHARD_FORMATS.items() if f.takes_text]
+            raise ValueError(f"text: true needs a format that stores text ({', '.join(able)}); "
+                             f"{self.format} holds tokens only")
+        if self.text and self.packing != "none":
+            raise ValueError("text: true needs packing: none (a packed sequence holds pieces "
+                             "of several documents)")
         total = sum(self.splits.values())
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"split fractions must sum to 1 (they sum to {total:g})")

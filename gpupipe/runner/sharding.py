@@ -50,7 +50,7 @@ def run_shards(client, pipeline, out, fingerprint, partitions, bar, vers) -> dic
                          route_dir=route_dir, seed=spec.seed, fractions=dict(spec.splits),
                          dtype=dtype, vocab_size=info.vocab_size, pure=False,
                          sources=tuple(pipeline.inputs) if mix is not None else (),
-                         mix_seed=mix.seed if mix is not None else 0,
+                         mix_seed=mix.seed if mix is not None else 0, text=spec.text,
                          key=[f"gpupipe-route-{fp[:16]}-{i}" for i in range(partitions)])
     routes = gather(futures, bar, "shards/route")
     tokens = {s: sum(r["tokens"][s] for r in routes) for s in SPLIT_ORDER}

@@ -17,6 +17,7 @@ import os
 import shutil
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
@@ -34,10 +35,15 @@ _MIX_SALT = 0x6D6978747572  # "mixtur"
 
 def route_partition(p: int, data_file: str, *, route_dir: str, seed: int, fractions: dict,
                     dtype: str, vocab_size: int, sources: tuple[str, ...] = (),
-                    mix_seed: int = 0) -> dict:
+                    mix_seed: int = 0, text: bool = False) -> dict:
     """Route one tokenized partition. With named ``sources`` every document also gets its
-    source's number and the mixture's draw, a uniform number from (id, ``mix_seed``)."""
-    table = pq.read_table(data_file, columns=["id", "tokens"] + (["source"] if sources else []))
+    source's number and the mixture's draw, a uniform number from (id, ``mix_seed``). With
+    ``text``, the documents' texts are saved too, in partition order (a format that stores
+    them: ``output.shards.text``)."""
+    table = pq.read_table(data_file, columns=["id", "tokens"] + (["source"] if sources else [])
+                          + (["text"] if text else []))
+    if text:
+        _write_texts(table.column("text"), os.path.join(route_dir, f"part-{p:05d}.text.arrow"))
     ids = table.column("id").to_pylist()
     col = table.column("tokens").combine_chunks()
     lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -66,6 +72,27 @@ def route_partition(p: int, data_file: str, *, route_dir: str, seed: int, fracti
     docs_per_split = {s: int((docs["split"] == k).sum()) for k, s in enumerate(SPLIT_ORDER)}
     failpoint(f"shard-route/{p}")
     return {"partition": p, "tokens": tokens_per_split, "docs": docs_per_split}
+
+
+def _write_texts(column, path: str) -> None:
+    from gpupipe.io.writer import atomic_path
+
+    table = pa.table({"text": column.cast(pa.large_string())})
+    with atomic_path(path) as tmp, pa.OSFile(tmp, "wb") as f, \
+            pa.ipc.new_file(f, table.schema) as w:
+        w.write_table(table)
+
+
+def gather_texts(route_dir: str, where: np.ndarray) -> list[str]:
+    """The texts of the documents at ``where`` (rows of (partition, row)), in that order."""
+    out: list = [None] * len(where)
+    for p in np.unique(where[:, 0]).tolist():
+        at = np.flatnonzero(where[:, 0] == p)
+        with pa.memory_map(os.path.join(route_dir, f"part-{p:05d}.text.arrow")) as src:
+            column = pa.ipc.open_file(src).read_all().column("text")
+            for i, value in zip(at.tolist(), column.take(pa.array(where[at, 1])).to_pylist()):
+                out[i] = value
+    return out
 
 
 def copy_keys(docs: np.ndarray, copies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,31 +125,36 @@ def doc_copies(docs: np.ndarray, plan: dict | None, split: int) -> np.ndarray:
 
 def gather_shard(split: str, shard: int, n_shards: int, *, route_dir: str, partitions: int,
                  plan: dict | None = None, source: int | None = None
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Tokens, lengths and source numbers of one shard's documents, in ascending key order
-    (``plan``: the mixture's copies per source; ``source``: that source's documents only).
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Tokens, lengths, source numbers and (partition, row) of one shard's documents, in
+    ascending key order (``plan``: the mixture's copies per source; ``source``: that source's
+    documents only).
 
     Equal keys (the same id twice, or a 64-bit collision) are ordered by a hash of their tokens,
     so the result never depends on which partition a document came from.
     """
     k = SPLIT_ORDER.index(split)
-    parts_docs, parts_tokens = [], []
+    parts_docs, parts_tokens, parts_where = [], [], []
     for p in range(partitions):
         docs = np.load(os.path.join(route_dir, f"part-{p:05d}.docs.npy"))
-        docs = docs[docs["split"] == k]
+        at = np.flatnonzero(docs["split"] == k)
         if source is not None:
-            docs = docs[docs["source"] == source]
+            at = at[docs["source"][at] == source]
+        docs = docs[at]
         rows, keys = copy_keys(docs, doc_copies(docs, plan, k))
-        docs = docs[rows]
+        docs, at = docs[rows], at[rows]
         docs["key"] = keys
-        sel = docs[docs["key"] % np.uint64(n_shards) == np.uint64(shard)]
+        mine = docs["key"] % np.uint64(n_shards) == np.uint64(shard)
+        sel = docs[mine]
         if len(sel) == 0:
             continue
         tokens = np.load(os.path.join(route_dir, f"part-{p:05d}.tokens.npy"), mmap_mode="r")
         parts_tokens.append(np.asarray(tokens[ranges(sel["offset"], sel["length"])]))
         parts_docs.append(sel)
+        parts_where.append(np.stack([np.full(len(sel), p, np.int64), at[mine]], axis=1))
     if not parts_docs:
-        return np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.uint8)
+        return (np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.uint8),
+                np.zeros((0, 2), np.int64))
     docs = np.concatenate(parts_docs)
     tokens = np.concatenate(parts_tokens)
     local = np.zeros(len(docs), dtype=np.int64)
@@ -137,7 +169,7 @@ def gather_shard(split: str, shard: int, n_shards: int, *, route_dir: str, parti
             count=len(docs))
         order = np.lexsort((tiebreak, docs["key"]))
     return (tokens[ranges(local[order], docs["length"][order])], docs["length"][order],
-            docs["source"][order])
+            docs["source"][order], np.concatenate(parts_where)[order])
 
 
 def pack_bfd(tokens: np.ndarray, lengths: np.ndarray, seq_length: int, eod_id: int):
@@ -185,9 +217,9 @@ def write_shard(split: str, shard: int, n_shards: int, source: tuple[int, str] |
                 tokenizer_name: str, plan: dict | None = None) -> dict | None:
     """Write one shard (``source``: (number, name) of the source whose own shards these are,
     for a mixture in ``weights`` mode)."""
-    tokens, lengths, srcs = gather_shard(split, shard, n_shards, route_dir=route_dir,
-                                         partitions=partitions, plan=plan,
-                                         source=None if source is None else source[0])
+    tokens, lengths, srcs, where = gather_shard(split, shard, n_shards, route_dir=route_dir,
+                                                partitions=partitions, plan=plan,
+                                                source=None if source is None else source[0])
     if len(lengths) == 0:
         return None  # never write an empty shard
     documents = len(lengths)
@@ -204,8 +236,9 @@ def write_shard(split: str, shard: int, n_shards: int, source: tuple[int, str] |
     name = f"{split}-{shard:05d}" if source is None else f"{source[1]}-{shard:05d}"
     rel = f"{split}/{name}"
     prefix = os.path.join(shards_dir, rel)
+    texts = {"texts": gather_texts(route_dir, where)} if spec.get("text") else {}
     files = formats.get(spec["format"]).write(prefix, tokens, lengths,
-                                              tokenizer_name=tokenizer_name)
+                                              tokenizer_name=tokenizer_name, **texts)
     out = {"split": split, "shard": shard, "prefix": rel, "documents": documents,
            "sequences": int(len(lengths)), "tokens": int(tokens.size), "files": files}
     failpoint(f"shard-write/{split}/{shard}")

@@ -41,16 +41,17 @@ out = {}
 for split in sys.argv[2:]:
     ds = StreamingDataset(local=f"{sys.argv[1]}/{split}", shuffle=False, batch_size=1)
     out[split] = [[str(ds[i]["tokens"].dtype), hashlib.sha256(ds[i]["tokens"].tobytes()).hexdigest()]
-                  for i in range(len(ds))]
+                  + ([ds[i]["text"]] if "text" in ds[i] else []) for i in range(len(ds))]
 print(json.dumps(out))
 """
 
 
-def run(client, corpus, out, fmt):
+def run(client, corpus, out, fmt, **shards):
     return gp.Pipeline(
         input={"path": str(corpus), "id_column": "id"},
         output={"path": str(out), "shards": {"num_shards": 3, "format": fmt, "seed": 7,
-                                             "splits": {"train": 0.9, "valid": 0.1}}},
+                                             "splits": {"train": 0.9, "valid": 0.1},
+                                             **shards}},
         stages=[NormalizeText(), LengthFilter(min_words=20),
                 Tokenize(tokenizer="data/tokenizer.json")]).run(client=client, progress=False)
 
@@ -76,11 +77,12 @@ def runs(client, tmp_path_factory, sample_records):
     write_jsonl(d / "in" / "a.jsonl", sample_records[:400])
     mds = run(client, d / "in", d / "mds", "mds")
     meg = run(client, d / "in", d / "meg", "megatron")
-    return mds, meg
+    with_text = run(client, d / "in", d / "text", "mds", text=True)
+    return mds, meg, with_text
 
 
 def test_layout_manifest_and_own_reader(runs):
-    mds, meg = runs
+    mds, meg, _ = runs
     d = mds.shards_path
     manifest, problems = verify(d)
     assert manifest["format"] == "mosaicml-mds-v2" and problems == []
@@ -106,7 +108,7 @@ def test_layout_manifest_and_own_reader(runs):
 @pytest.mark.skipif(not STREAMING.exists(), reason="mosaicml-streaming is not installed in "
                     ".venv-streaming (make .venv-streaming/.installed)")
 def test_streaming_dataset_reads_every_sample(runs):
-    mds, meg = runs
+    mds, meg, with_text = runs
     r = subprocess.run([str(STREAMING), "-c", READER, str(mds.shards_path), "train", "valid"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -115,6 +117,52 @@ def test_streaming_dataset_reads_every_sample(runs):
     got = json.loads(r.stdout)
     assert {k: len(v) for k, v in got.items()} == {k: len(v) for k, v in theirs.items()}
     assert got == theirs
+    # with text: the same tokens, and beside each the text of its document, as gpupipe reads it
+    r = subprocess.run([str(STREAMING), "-c", READER, str(with_text.shards_path), "train",
+                        "valid"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout)
+    assert {k: [x[:2] for x in v] for k, v in got.items()} == theirs
+    manifest = json.load(open(os.path.join(with_text.shards_path, "manifest.json")))
+    mine = {}
+    for s in manifest["shards"]:
+        ds = MdsReader(os.path.join(with_text.shards_path, s["prefix"]))
+        mine.setdefault(s["split"], []).extend(ds.text(i) for i in range(len(ds)))
+    assert {k: [x[2] for x in v] for k, v in got.items()} == mine
+
+
+def test_text_is_each_documents_own(runs):
+    """Every sample's text is the text of the document whose tokens it holds (the data
+    Parquet pairs them), and the shards' tokens equal those of the run without text."""
+    import pyarrow.parquet as pq
+
+    mds, _, with_text = runs
+    table = pq.read_table(os.path.join(with_text.output, "data"), columns=["text", "tokens"])
+    pairs = {t: tuple(ids) for t, ids in zip(table.column("text").to_pylist(),
+                                             table.column("tokens").to_pylist())}
+    manifest = json.load(open(os.path.join(with_text.shards_path, "manifest.json")))
+    seen = 0
+    for s in manifest["shards"]:
+        ds = MdsReader(os.path.join(with_text.shards_path, s["prefix"]))
+        assert ds.verify() == [] and ds.has_text
+        for i in range(len(ds)):
+            assert pairs[ds.text(i)] == tuple(ds[i].tolist())
+            seen += 1
+    assert seen == len(pairs) == 393
+    plain = json.load(open(os.path.join(mds.shards_path, "manifest.json")))
+    assert digests(with_text.shards_path, manifest) == digests(mds.shards_path, plain)
+    with pytest.raises(KeyError, match="holds no text"):
+        MdsReader(os.path.join(mds.shards_path, plain["shards"][0]["prefix"])).text(0)
+
+
+def test_text_needs_mds_and_no_packing():
+    from gpupipe.spec import ShardSpec
+
+    with pytest.raises(ValueError, match=r"text: true needs a format that stores text \(mds\); "
+                                         r"megatron holds tokens only"):
+        ShardSpec(num_shards=1, text=True)
+    with pytest.raises(ValueError, match="text: true needs packing: none"):
+        ShardSpec(num_shards=1, text=True, format="mds", packing="bfd", seq_length=64)
 
 
 def test_encoding_of_one_shard():
@@ -135,3 +183,18 @@ def test_encoding_of_one_shard():
     assert data == expected
     with pytest.raises(ValueError, match="empty sequence"):
         encode_shard(tokens, np.array([0, 304]))
+
+
+def test_encoding_with_text():
+    """With text: both columns' sizes, then the UTF-8 text, then the array (streaming's
+    MDSWriter order for columns sorted by name)."""
+    tokens = np.array([5, 6, 0], np.uint16)
+    data = encode_shard(tokens, np.array([3]), ["café"])
+    head = json.dumps({"column_encodings": ["str", "ndarray:uint16"],
+                       "column_names": ["text", "tokens"], "column_sizes": [None, None],
+                       "compression": None, "format": "mds", "hashes": [],
+                       "size_limit": None, "version": 2}, sort_keys=True).encode()
+    start = 4 + 8 + len(head)
+    sample = (np.uint32(5).tobytes() + np.uint32(8).tobytes() + "café".encode()
+              + bytes([4 | 0, 3]) + tokens.tobytes())
+    assert data == np.array([1, start, start + len(sample)], "<u4").tobytes() + head + sample

@@ -40,12 +40,15 @@ class ShardFormat:
     #: whether `write_data_args` writes Megatron's ``data_args.txt`` and
     #: ``per_split_data_args.json``
     writes_data_args: ClassVar[bool] = False
+    #: whether `write` takes ``texts`` (one str per sequence: ``output.shards.text``)
+    takes_text: ClassVar[bool] = False
 
     @classmethod
     def write(cls, prefix: str, tokens: np.ndarray, lengths: np.ndarray, *,
               tokenizer_name: str) -> dict[str, dict]:
         """Write the files of ``prefix`` (``tokens`` in the shard dtype, ``lengths`` per
-        sequence); return ``{suffix: {"bytes": ..., "sha256": ...}}`` for the manifest."""
+        sequence); return ``{suffix: {"bytes": ..., "sha256": ...}}`` for the manifest. A
+        format with `takes_text` also gets ``texts=``, one str per sequence."""
         raise NotImplementedError
 
     @classmethod

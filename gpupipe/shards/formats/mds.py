@@ -2,13 +2,15 @@
 ``index.json`` that ``streaming.StreamingDataset(local=<shards>/<split>)`` reads.
 
 One sequence per sample, in one column ``tokens`` encoded ``ndarray:<dtype>`` (the shard dtype,
-uint16 or int32; a 1-D array of dynamic length), uncompressed. The bytes follow streaming 0.13's
-``MDSWriter`` exactly (``streaming/base/format/mds``): the sample count (uint32), the sample
-offsets (uint32, from the start of the file), the writer's configuration as sorted JSON, then
-the samples. Each sample is its encoded size (uint32) then the array: one byte
+uint16 or int32; a 1-D array of dynamic length), uncompressed. With ``output.shards.text`` a
+``text`` column (``str``, UTF-8) comes first, as MDSWriter sorts columns by name. The bytes
+follow streaming 0.13's ``MDSWriter`` exactly (``streaming/base/format/mds``): the sample
+count (uint32), the sample offsets (uint32, from the start of the file), the writer's
+configuration as sorted JSON, then the samples. Each sample is the sizes of its columns
+(uint32 each: the text's bytes, then the array's), the text, then the array: one byte
 ``ndim << 2 | shape dtype`` (the smallest unsigned type holding the length), the length, the
 tokens. gpupipe writes the files itself, so that a shard is one file named like its Megatron
-twin and the bytes depend only on the tokens; the tests read them with streaming itself.
+twin and the bytes depend only on the documents; the tests read them with streaming itself.
 
 ``index.json`` lists a split's shards in shard order and is written after all of them,
 before the manifest (the run's commit marker).
@@ -30,24 +32,33 @@ MAX_BYTES = 2**32 - 1
 _SHAPE_DTYPES = ((1 << 8, np.uint8, 0), (1 << 16, np.uint16, 1), (1 << 32, np.uint32, 2))
 
 
-def config(dtype: np.dtype) -> dict:
-    """The writer configuration MDS stores in every shard and index entry."""
-    return {"column_encodings": [f"ndarray:{np.dtype(dtype).name}"], "column_names": ["tokens"],
-            "column_sizes": [None], "compression": None, "format": "mds", "hashes": [],
-            "size_limit": None, "version": 2}
+def config(dtype: np.dtype, text: bool = False) -> dict:
+    """The writer configuration MDS stores in every shard and index entry (columns sorted by
+    name, as MDSWriter sorts them: ``text`` before ``tokens``)."""
+    names = ["text", "tokens"] if text else ["tokens"]
+    encodings = (["str"] if text else []) + [f"ndarray:{np.dtype(dtype).name}"]
+    return {"column_encodings": encodings, "column_names": names,
+            "column_sizes": [None] * len(names), "compression": None, "format": "mds",
+            "hashes": [], "size_limit": None, "version": 2}
 
 
-def encode_shard(tokens: np.ndarray, lengths: np.ndarray) -> bytes:
-    """The bytes of one ``.mds`` file holding one sample per sequence."""
+def encode_shard(tokens: np.ndarray, lengths: np.ndarray, texts: list[str] | None = None
+                 ) -> bytes:
+    """The bytes of one ``.mds`` file holding one sample per sequence (with ``texts``, each
+    sample's text in a ``text`` column before its tokens)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if (lengths <= 0).any():
         raise ValueError("MDS cannot hold an empty sequence (its ndarray encoding refuses "
                          "zero elements); keep append_eod on")
+    raw = [t.encode("utf-8") for t in texts] if texts is not None else None
+    text_bytes = (np.array([len(b) for b in raw], dtype=np.int64) if raw is not None
+                  else np.zeros(len(lengths), np.int64))
     item = tokens.dtype.itemsize
     shape_bytes = np.select([lengths < 1 << 8, lengths < 1 << 16], [1, 2], 4)
     sizes = 1 + shape_bytes + lengths * item            # the encoded array
-    samples = 4 + sizes                                 # its size first
-    head = json.dumps(config(tokens.dtype), sort_keys=True).encode("utf-8")
+    dynamic = 2 if raw is not None else 1               # a uint32 size per dynamic column
+    samples = 4 * dynamic + text_bytes + sizes
+    head = json.dumps(config(tokens.dtype, raw is not None), sort_keys=True).encode("utf-8")
     n = len(lengths)
     start = 4 + 4 * (n + 1) + len(head)
     offsets = start + np.concatenate([[0], np.cumsum(samples)])
@@ -64,10 +75,17 @@ def encode_shard(tokens: np.ndarray, lengths: np.ndarray) -> bytes:
     for k in range(n):
         length, sb = int(lengths[k]), int(shape_bytes[k])
         code = {1: 0, 2: 1, 4: 2}[sb]
+        if raw is not None:
+            out[pos:pos + 4] = len(raw[k]).to_bytes(4, "little")
+            pos += 4
         out[pos:pos + 4] = int(sizes[k]).to_bytes(4, "little")
-        out[pos + 4] = (1 << 2) | code
-        out[pos + 5:pos + 5 + sb] = length.to_bytes(sb, "little")
-        body = pos + 5 + sb
+        pos += 4
+        if raw is not None:
+            out[pos:pos + len(raw[k])] = raw[k]
+            pos += len(raw[k])
+        out[pos] = (1 << 2) | code
+        out[pos + 1:pos + 1 + sb] = length.to_bytes(sb, "little")
+        body = pos + 1 + sb
         out[body:body + length * item] = data[int(ends[k]) - length * item:int(ends[k])]
         pos = body + length * item
     return bytes(out)
@@ -84,15 +102,29 @@ class MdsReader:
             self.offsets = np.frombuffer(self.data, "<u4", int(n) + 1, 4).astype(np.int64)
             head = self.data[4 + 4 * (int(n) + 1):int(self.offsets[0])]
             self.config = json.loads(head)
-            encoding = self.config["column_encodings"][0]
+            self.has_text = self.config["column_names"] == ["text", "tokens"]
+            encoding = self.config["column_encodings"][-1]
             self.dtype = np.dtype(encoding.split(":", 1)[1]).newbyteorder("<")
         except (ValueError, KeyError, IndexError) as e:
             raise ValueError(f"{prefix}.mds: not an MDS shard ({e})") from None
         self.sizes = np.array([self._header(k)[1] for k in range(int(n))], dtype=np.int64)
 
+    def _text_size(self, k: int) -> int:
+        pos = int(self.offsets[k])
+        return int.from_bytes(self.data[pos:pos + 4], "little") if self.has_text else -1
+
+    def text(self, k: int) -> str:
+        """The text of sample ``k`` (shards written with ``output.shards.text``)."""
+        if not self.has_text:
+            raise KeyError("this shard holds no text (output.shards.text was off)")
+        start = int(self.offsets[k]) + 8
+        return self.data[start:start + self._text_size(k)].decode("utf-8")
+
     def _header(self, k: int) -> tuple[int, int]:
         """(offset of the tokens, their count) of sample ``k``."""
         pos = int(self.offsets[k]) + 4
+        if self.has_text:
+            pos += 4 + self._text_size(k)
         byte = self.data[pos]
         sb = 1 << (byte & 3)
         length = int.from_bytes(self.data[pos + 1:pos + 1 + sb], "little")
@@ -107,7 +139,7 @@ class MdsReader:
 
     def verify(self) -> list[str]:
         problems = []
-        if self.config != config(self.dtype):
+        if self.config != config(self.dtype, self.has_text):
             problems.append(f"configuration {self.config} is not gpupipe's")
         if int(self.offsets[-1]) != len(self.data):
             problems.append(f"the last offset {int(self.offsets[-1]):,} is not the file size "
@@ -125,10 +157,11 @@ class MdsFormat(ShardFormat):
     manifest_format = "mosaicml-mds-v2"
     suffixes = (".mds",)
     reader = MdsReader
+    takes_text = True
 
     @classmethod
-    def write(cls, prefix, tokens, lengths, *, tokenizer_name):
-        return {".mds": write_bytes(encode_shard(tokens, lengths), prefix + ".mds")}
+    def write(cls, prefix, tokens, lengths, *, tokenizer_name, texts=None):
+        return {".mds": write_bytes(encode_shard(tokens, lengths, texts), prefix + ".mds")}
 
     @classmethod
     def write_data_args(cls, shards_dir, shards, weights):
@@ -138,19 +171,18 @@ class MdsFormat(ShardFormat):
         for s in shards:
             folder, name = os.path.split(s["prefix"])
             info = s["files"][".mds"]
-            dtype = np.dtype(_dtype_of(os.path.join(shards_dir, s["prefix"])))
             by_dir[folder].append({
-                **config(dtype), "samples": s["sequences"], "zip_data": None,
+                **_config_of(os.path.join(shards_dir, s["prefix"])),
+                "samples": s["sequences"], "zip_data": None,
                 "raw_data": {"basename": name + ".mds", "bytes": info["bytes"], "hashes": {}}})
         for folder, entries in by_dir.items():
             write_json({"shards": entries, "version": 2},
                        os.path.join(shards_dir, folder, "index.json"))
 
 
-def _dtype_of(prefix: str) -> str:
-    """The token dtype a written shard declares (its configuration, after the offsets)."""
+def _config_of(prefix: str) -> dict:
+    """The configuration a written shard declares (after its offsets)."""
     with open(prefix + ".mds", "rb") as f:
         n, start = (int(x) for x in np.frombuffer(f.read(8), "<u4"))
         f.seek(4 + 4 * (n + 1))
-        meta = json.loads(f.read(start - f.tell()))
-    return meta["column_encodings"][0].split(":", 1)[1]
+        return json.loads(f.read(start - f.tell()))
