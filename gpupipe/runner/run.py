@@ -167,9 +167,15 @@ def _execute(pipeline, client, pending, backend, env, progress, t_start, started
     try:
         summary = _run(staged, source, client, pending, backend, env, progress, t_start,
                        started, mirror)
-    finally:
+    except BaseException:
         mirror.stop()
-        mirror.push()   # also after a failure: what was committed, and run.json's error
+        try:   # what was committed, and run.json's error, for a rerun anywhere
+            mirror.push()
+        except Exception as e:   # the run's own error is the one to see
+            log.warning("%s: the upload after the failure failed too: %s", spec.path, e)
+        raise
+    mirror.stop()
+    mirror.push()
     return summary
 
 
