@@ -271,17 +271,20 @@ def cmd_inspect(args) -> int:
 def cmd_slurm(args) -> int:
     import os
 
-    from gpupipe.slurm import SlurmOptions, python_for, render
+    from gpupipe.slurm import SlurmOptions, from_cluster, python_for, render
 
     pipeline = _load(args)  # a broken pipeline is reported now, not after the job starts
+    network = from_cluster(pipeline.cluster, protocol=args.protocol, interface=args.interface,
+                           rmm_pool_size=args.rmm_pool_size)
+    if args.cpu:   # GPU worker settings do not apply to dask worker
+        network.update(rmm_pool_size=None, worker_flags=())
     opts = SlurmOptions(
         pipeline=args.pipeline, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
         cpu=args.cpu, cpus_per_node=args.cpus_per_node, workers_per_node=args.workers_per_node,
         partition=args.partition, time=args.time, account=args.account, job_name=args.job_name,
         container_image=args.container_image, container_mounts=args.container_mounts,
-        protocol=args.protocol, interface=args.interface, rmm_pool_size=args.rmm_pool_size,
         workdir=args.workdir, overrides=tuple(args.set or ()), worker_ttl=args.worker_ttl,
-        python=python_for(args.python, args.gpupipe, bool(args.container_image)))
+        python=python_for(args.python, args.gpupipe, bool(args.container_image)), **network)
     script = render(opts, pipeline.name)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
@@ -510,9 +513,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job-name")
     p.add_argument("--container-image", help="run every step in this image (pyxis/enroot)")
     p.add_argument("--container-mounts", help="pyxis mounts (default: the submit directory)")
-    p.add_argument("--protocol", choices=["tcp", "ucx"], default="tcp")
-    p.add_argument("--interface", help="network interface, e.g. ib0")
-    p.add_argument("--rmm-pool-size", help="GPU workers: RMM pool per GPU, e.g. 70GB or 0.9")
+    p.add_argument("--protocol", choices=["tcp", "ucx"],
+                   help="default: the pipeline's cluster section (kind: cuda), else tcp")
+    p.add_argument("--interface", help="network interface, e.g. ib0 (default: the pipeline's "
+                   "cluster section)")
+    p.add_argument("--rmm-pool-size", help="GPU workers: RMM pool per GPU, e.g. 70GB or 0.9 "
+                   "(default: the pipeline's cluster section)")
     p.add_argument("--workdir", help="shared directory for the scheduler file "
                    "(default: ./.gpupipe-slurm/$SLURM_JOB_ID)")
     p.add_argument("--worker-ttl", help="drop a worker silent this long and rerun its tasks "

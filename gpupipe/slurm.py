@@ -73,6 +73,8 @@ class SlurmOptions:
     worker_ttl: str | None = None
     #: the Python every step runs (`python_for`); in a container, the image's ``python3``
     python: str = "python3"
+    #: more ``dask cuda worker`` flags (`from_cluster`: the pipeline file's cluster section)
+    worker_flags: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.nodes < 1:
@@ -83,6 +85,41 @@ class SlurmOptions:
             raise SpecError(f"--protocol must be tcp or ucx (got {self.protocol!r})")
         if self.cpu and self.rmm_pool_size:
             raise SpecError("--rmm-pool-size is for GPU workers; drop --cpu")
+
+
+def from_cluster(cluster, *, protocol: str | None = None, interface: str | None = None,
+                 rmm_pool_size: str | None = None) -> dict:
+    """The job's network and GPU-worker settings: each flag given on the command line, else
+    what the pipeline file's ``cluster: {kind: cuda, ...}`` section says (so that a job runs
+    with the settings a local CUDA cluster of the same file gets), else the defaults. Returns
+    `SlurmOptions` fields: ``protocol``, ``interface``, ``rmm_pool_size``, ``worker_flags``."""
+    cuda = getattr(cluster, "kind", None) == "cuda"
+    chosen = protocol or (cluster.protocol if cuda else None) or "tcp"
+    out = {"protocol": chosen,
+           "interface": interface or (cluster.interface if cuda else None),
+           "rmm_pool_size": rmm_pool_size or (
+               str(cluster.rmm_pool_size) if cuda and cluster.rmm_pool_size is not None
+               else None),
+           "worker_flags": ()}
+    if not cuda:
+        return out
+    flags = []
+    for key in ("enable_infiniband", "enable_nvlink", "enable_rdmacm"):
+        value = getattr(cluster, key)
+        if value is not None:
+            if chosen != "ucx":
+                raise SpecError(f"--protocol {chosen}: the pipeline's cluster section sets "
+                                f"{key}, which needs protocol ucx")
+            word = key.split("_", 1)[1]
+            flags.append(f"--enable-{word}" if value else f"--disable-{word}")
+    if cluster.rmm_async:
+        flags.append("--rmm-async")
+    if cluster.device_memory_limit is not None:
+        flags.append(f"--device-memory-limit={cluster.device_memory_limit}")
+    if not cluster.enable_cudf_spill:
+        flags.append("--disable-cudf-spill")
+    out["worker_flags"] = tuple(flags)
+    return out
 
 
 def python_for(python: str | None = None, gpupipe: str | None = None,
@@ -146,9 +183,11 @@ def render(opts: SlurmOptions, name: str) -> str:
                   f"--nworkers={per_node}", "--nthreads=1", "--memory-limit=auto", *net]
         worker_res = [f"--cpus-per-task={opts.cpus_per_node}"] if opts.cpus_per_node else []
     else:
+        spill = [] if "--disable-cudf-spill" in opts.worker_flags else ["--enable-cudf-spill"]
         worker = [*dask, "cuda", "worker", '--scheduler-file="$SCHEDULER_FILE"', *net[1:],
-                  "--enable-cudf-spill",
-                  *([f"--rmm-pool-size={opts.rmm_pool_size}"] if opts.rmm_pool_size else [])]
+                  *spill,
+                  *([f"--rmm-pool-size={opts.rmm_pool_size}"] if opts.rmm_pool_size else []),
+                  *opts.worker_flags]
         worker_res = [f"--gpus-per-node={opts.gpus_per_node}"]
     driver = ['"$PYTHON"', "-m", "gpupipe.cli", "run", _q(os.path.abspath(opts.pipeline)),
               '--scheduler-file="$SCHEDULER_FILE"', '--min-workers="$EXPECTED_WORKERS"',

@@ -284,6 +284,33 @@ def test_slurm_steps_run_the_python_of_gpupipes_environment(tmp_path):
     assert "\nexport DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL=45s\n" in r.stdout, r.stderr
 
 
+def test_slurm_takes_the_pipelines_cuda_cluster_settings(tmp_path):
+    """The job's workers get what the pipeline file's cluster section (kind: cuda) asks for; a
+    flag on the command line wins; a CPU job keeps the network settings only."""
+    pipe = tmp_path / "p.yaml"
+    pipe.write_text(open("pipelines/quickstart.yaml").read() + (
+        "cluster: {kind: cuda, protocol: ucx, interface: ib0, rmm_pool_size: 0.8,\n"
+        "          enable_nvlink: true, enable_infiniband: false, rmm_async: false,\n"
+        "          device_memory_limit: 0.7}\n"))
+    r = cli("slurm", str(pipe), "--nodes", "2")
+    assert r.returncode == 0, r.stderr
+    assert ('"$PYTHON" -m dask scheduler --scheduler-file="$SCHEDULER_FILE" --protocol=ucx '
+            '--interface=ib0 ') in r.stdout
+    assert ('"$PYTHON" -m dask cuda worker --scheduler-file="$SCHEDULER_FILE" --interface=ib0 '
+            '--enable-cudf-spill --rmm-pool-size=0.8 --disable-infiniband --enable-nvlink '
+            '--device-memory-limit=0.7 &') in r.stdout
+    assert "WORKER_TTL=15s" in r.stdout   # ucx's
+    r = cli("slurm", str(pipe), "--interface", "ib1", "--rmm-pool-size", "70GB")
+    assert "--interface=ib1 --enable-cudf-spill --rmm-pool-size=70GB" in r.stdout, r.stderr
+    r = cli("slurm", str(pipe), "--cpu")
+    assert r.returncode == 0, r.stderr
+    assert "--nthreads=1 --memory-limit=auto --protocol=ucx --interface=ib0 &" in r.stdout
+    assert "rmm" not in r.stdout and "nvlink" not in r.stdout
+    r = cli("slurm", str(pipe), "--protocol", "tcp")
+    assert r.returncode == 2
+    assert "--protocol tcp: the pipeline's cluster section sets enable_infiniband" in r.stderr
+
+
 def test_slurm_cli_validates_the_pipeline_and_writes_an_executable(tmp_path):
     out = tmp_path / "job.sbatch"
     r = cli("slurm", "pipelines/quickstart.yaml", "--nodes", "2", "--gpus-per-node", "4",
