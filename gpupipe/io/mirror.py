@@ -35,9 +35,8 @@ log = logging.getLogger(__name__)
 
 STATE = ".gpupipe-mirror.json"
 #: files that commit others, by rank: pushed after lower ranks, deleted before them
-_COMMIT_RANK = {"run.json": 3, "_segment.json": 2, "_complete.json": 2, "manifest.json": 2,
-                "index.json": 2,
-                "_fingerprint": 1}
+_COMMIT_RANK = {"_fingerprint": 1, "_segment.json": 2, "_complete.json": 2,
+                "manifest.json": 2, "index.json": 2}
 
 
 def rank(rel: str) -> int:
@@ -92,8 +91,6 @@ class RunMirror:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.pushed_files = 0
-        self.pushed_bytes = 0
 
     # --- the remote side ------------------------------------------------------------------
 
@@ -285,10 +282,7 @@ class RunMirror:
                 raise self._error(e) from e
             finally:
                 self._save_state(state)
-            self.pushed_bytes += sum(v[0] for v in sent.values())
-            sent = len(sent)
-            self.pushed_files += sent
-            return {"uploaded": sent, "deleted": deleted}
+            return {"uploaded": len(sent), "deleted": deleted}
 
     # --- pushes while the run works -------------------------------------------------------
 
