@@ -41,14 +41,11 @@ _COMMIT_RANK = {"_fingerprint": 1, "_segment.json": 2, "_complete.json": 2,
 
 def rank(rel: str) -> int:
     """0 for data, higher for the markers that say data is complete (pushed later)."""
-    name = rel.rsplit("/", 1)[-1]
-    if rel == "run.json":
+    if rel == "run.json":       # the run's own, last (one below the root is data)
         return 3
-    if name == "run.json":      # a run.json below the root is data (an eval set, say)
-        return 0
     if "/_done/" in f"/{rel}":
         return 1
-    return _COMMIT_RANK.get(name, 0)
+    return _COMMIT_RANK.get(rel.rsplit("/", 1)[-1], 0)
 
 
 def default_staging(url: str, kind: str = "staging") -> str:
