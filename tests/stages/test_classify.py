@@ -174,7 +174,8 @@ def test_regression_head(client, tmp_path, sample_records):
                                rtol=1e-5, atol=1e-6)
 
 
-def test_models_that_do_not_fit_are_refused_before_any_work(tmp_path, onnx_model, ft_model):
+def test_models_that_do_not_fit_are_refused_before_any_work(tmp_path, onnx_model, ft_model,
+                                                             client):
     with pytest.raises(SpecError, match=r"model '/no/model.onnx' is not a file"):
         gp.Pipeline(input=INPUT, output="unused", stages=[
             {"stage": "classify", "runtime": "onnx", "model": "/no/model.onnx",
@@ -185,18 +186,29 @@ def test_models_that_do_not_fit_are_refused_before_any_work(tmp_path, onnx_model
         build_stage({"stage": "classify", "runtime": "fasttext", "model": ft_model,
                      "head": "regression"})
 
-    def refused(stage: dict, *message: str):
-        spec = tmp_path / "p.yaml"
-        import yaml
+    def refused(stage: dict, *message: str, cli: bool = False):
+        """The run stops before reading data, naming the problem: from Python (a SpecError),
+        or with ``cli`` from `gpupipe run` (exit code 2, no traceback)."""
+        if cli:
+            spec = tmp_path / "p.yaml"
+            import yaml
 
-        spec.write_text(yaml.safe_dump({"input": INPUT, "stages": [stage],
-                                        "output": {"path": str(tmp_path / "run")}}))
-        r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "gpupipe"), "run",
-                            str(spec)], capture_output=True, text=True, cwd=REPO, timeout=120)
-        assert r.returncode == 2, r.stderr
+            spec.write_text(yaml.safe_dump({"input": INPUT, "stages": [stage],
+                                            "output": {"path": str(tmp_path / "run")}}))
+            r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "gpupipe"), "run",
+                                str(spec)], capture_output=True, text=True, cwd=REPO,
+                               timeout=120)
+            assert r.returncode == 2, r.stderr
+            assert "Traceback" not in r.stderr
+            said = r.stderr
+        else:
+            with pytest.raises(SpecError) as e:
+                gp.Pipeline(input=INPUT, stages=[stage],
+                            output={"path": str(tmp_path / "run")}).run(client=client,
+                                                                         progress=False)
+            said = str(e.value)
         for m in message:
-            assert m in r.stderr, r.stderr
-        assert "Traceback" not in r.stderr
+            assert m in said, said
         assert not (tmp_path / "run" / "data").exists()     # stopped before reading data
 
     onnx = {"stage": "classify", "runtime": "onnx", "model": onnx_model, "tokenizer": TOKENIZER}
@@ -213,7 +225,7 @@ def test_models_that_do_not_fit_are_refused_before_any_work(tmp_path, onnx_model
             "no class 'pyhton' (the classes are ['debian', 'python'])")
     garbage = tmp_path / "not-a-model.onnx"
     garbage.write_text("hello")
-    refused({**onnx, "model": str(garbage)}, "ONNX Runtime cannot load the model")
+    refused({**onnx, "model": str(garbage)}, "ONNX Runtime cannot load the model", cli=True)
 
 
 def test_explain_shows_the_runtime(onnx_model):
