@@ -126,6 +126,37 @@ def test_killed_on_one_machine_resumed_on_another(s3, reference, tmp_path):
         ("00-length_filter", 0, 5), ("01-exact_dedup", 5, 0), ("02-tokenize", 5, 0)]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_kills_with_background_uploads_resume_to_the_same_bytes(s3, reference, tmp_path,
+                                                                      seed):
+    """A soak: uploads every 0.1 s while the run works, SIGKILL of the whole run at two random
+    moments, each rerun from an empty staging directory. Whatever state the bucket was left in,
+    the last run completes with the reference bytes."""
+    import random
+
+    rng = random.Random(seed)
+    url = f"s3://runs/soak-{seed}"
+    for attempt in range(3):
+        pipe = tmp_path / f"{attempt}.json"
+        pipe.write_text(json.dumps(spec(s3, url, tmp_path / f"stage-{attempt}",
+                                        sync_seconds=0.1)))
+        p = subprocess.Popen([BIN, "run", str(pipe), "-w", "2", "--no-progress"], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+        try:
+            p.communicate(timeout=rng.uniform(2, 9) if attempt < 2 else 300)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            continue
+        assert p.returncode == 0
+        break
+    remote = remote_files(s3, f"runs/soak-{seed}")
+    assert json.loads(remote["run.json"])["status"] == "complete"
+    assert digests(remote) == reference
+
+
 def test_against_an_index_on_s3(s3, client, tmp_path):
     """exact_dedup against a run in the bucket: every document it kept is a duplicate here."""
     gp.Pipeline(**spec(s3, "s3://runs/earlier", tmp_path / "stage")).run(
