@@ -147,6 +147,7 @@ def _execute(pipeline, client, pending, backend, env, progress, t_start, started
 
     source = make_pipeline_source(pipeline)
     check_output_apart(pipeline, source)
+    _check_stages(pipeline)   # before a run on object storage downloads anything
     if not is_url(pipeline.output.path):
         return _run(pipeline, source, client, pending, backend, env, progress, t_start, started,
                     None)
@@ -192,7 +193,6 @@ def _run(pipeline, source, client, pending, backend, env, progress, t_start, sta
     identity = input_identity(pipeline, source)
     fps = fingerprints(segments, identity, vers["gpupipe"])
     out = pipeline.output.path
-    _check_stages(pipeline)
     if mirror is None:   # a staging directory was prepared by its pull
         prepare_output(out, pipeline.output.overwrite)
     inputs = {f: [size, mtime] for f, size, mtime in identity["files"]}
