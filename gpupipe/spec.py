@@ -354,9 +354,9 @@ class OutputSpec(BaseModel):
                           "credentials can also come from the environment")
     staging: str | None = Field(
         None, description="when path is a URL: the local directory the run works in and "
-                          "uploads from (default: $GPUPIPE_STAGING or ~/.cache/gpupipe/"
-                          "staging/<name>-<hash>); workers on several hosts need it on a "
-                          "shared filesystem")
+                          "uploads from (default: staging/<name>-<hash> under "
+                          "$GPUPIPE_STAGING, else ~/.cache/gpupipe); workers on several "
+                          "hosts need it on a shared filesystem")
     sync_seconds: float = Field(
         60.0, ge=0, description="when path is a URL: upload what was committed this often "
                                 "while the run works (0: only when a segment ends), so a "
