@@ -143,9 +143,14 @@ def file_identity(path: str, storage_options: dict | None = None) -> list:
         info = fs.info(stripped)
     except Exception as e:
         raise remote_error(path, e) from e
-    version = info.get("ETag") or info.get("etag") or str(info.get("LastModified") or
-                                                          info.get("mtime") or "")
-    return [path, int(info.get("size") or 0), str(version).strip('"')]
+    return [path, int(info.get("size") or 0), object_version(info)]
+
+
+def object_version(info: dict) -> str:
+    """What changes when a remote object does: its ETag, else its modification time (an
+    fsspec ``info`` mapping)."""
+    return str(info.get("ETag") or info.get("etag") or info.get("LastModified")
+               or info.get("mtime") or "").strip('"')
 
 
 def _expand_remote(pattern: str, suffixes, storage_options) -> list[str]:

@@ -29,7 +29,7 @@ import threading
 import time
 
 from gpupipe.errors import OutputError
-from gpupipe.io.files import filesystem, is_url, remote_error
+from gpupipe.io.files import filesystem, is_url, object_version, remote_error
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +64,6 @@ def fetch_run(url: str, parts: tuple[str, ...], storage_options: dict | None = N
     mirror = RunMirror(url, default_staging(url, "runs"), storage_options, 0)
     mirror.pull(only=parts)
     return mirror.staging
-
-
-def _etag(info: dict) -> str:
-    return str(info.get("ETag") or info.get("etag") or info.get("LastModified")
-               or info.get("mtime") or "").strip('"')
 
 
 class RunMirror:
@@ -184,9 +179,11 @@ class RunMirror:
                     [st.st_size, st.st_mtime_ns]
         return out
 
-    def pull(self, only: tuple[str, ...] | None = None) -> dict:
+    def pull(self, only: tuple[str, ...] | None = None,
+             listed: dict[str, dict] | None = None) -> dict:
         """Make the staging directory equal to the remote run (``only``: the files that are, or
-        start with, these relative paths); returns counts."""
+        start with, these relative paths; ``listed``: the `listing` the caller just made);
+        returns counts."""
 
         def wanted(rel: str) -> bool:
             return only is None or any(rel == p or (p.endswith("/") and rel.startswith(p))
@@ -194,7 +191,8 @@ class RunMirror:
 
         with self._lock:
             self._check_staging()
-            remote = {r: v for r, v in self.listing().items() if wanted(r)}
+            remote = {r: v for r, v in (self.listing() if listed is None else listed).items()
+                      if wanted(r)}
             try:
                 os.makedirs(self.staging, exist_ok=True)
             except OSError as e:
@@ -205,7 +203,7 @@ class RunMirror:
             new_state, fetch = {}, []
             for rel, info in sorted(remote.items()):
                 rec = state.get(rel)
-                if rec and rec[2] == _etag(info) and local.get(rel) == rec[:2]:
+                if rec and rec[2] == object_version(info) and local.get(rel) == rec[:2]:
                     new_state[rel] = rec
                 else:
                     fetch.append(rel)
@@ -226,7 +224,7 @@ class RunMirror:
                 if st.st_size != size:
                     raise OutputError(f"{self.url}/{rel}: downloaded {st.st_size} bytes, the "
                                       f"store lists {size}")
-                new_state[rel] = [st.st_size, st.st_mtime_ns, _etag(remote[rel])]
+                new_state[rel] = [st.st_size, st.st_mtime_ns, object_version(remote[rel])]
             got, kept, removed = len(fetch), len(remote) - len(fetch), 0
             for rel in sorted(set(local) - set(remote), key=lambda r: -rank(r)):
                 os.remove(os.path.join(self.staging, *rel.split("/")))
@@ -272,7 +270,7 @@ class RunMirror:
                     listed = self.listing()
                     for k, size_mtime in sent.items():
                         if k in listed:
-                            state[k] = [*size_mtime, _etag(listed[k])]
+                            state[k] = [*size_mtime, object_version(listed[k])]
             except OutputError:
                 raise
             except Exception as e:

@@ -160,10 +160,11 @@ def _execute(pipeline, client, pending, backend, env, progress, t_start, started
     if spec.overwrite:
         log.info("overwrite: deleting the previous run in %s", spec.path)
         mirror.clear()
+        held: dict = {}
     elif (held := mirror.listing()) and "run.json" not in held:
         raise OutputError(f"output.path {spec.path!r} is not empty and holds no gpupipe run "
                           f"(no run.json); choose another output.path (nothing was deleted)")
-    mirror.pull()
+    mirror.pull(listed=held)
     mirror.start()
     try:
         summary = _run(staged, source, client, pending, backend, env, progress, t_start,
