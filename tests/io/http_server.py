@@ -8,11 +8,8 @@ from __future__ import annotations
 import functools
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -59,28 +56,22 @@ class HttpServer:
     """The server as a child process, stopped by pid."""
 
     def __init__(self, root: Path, ranges: bool):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        # here, not at the top: the server process runs this file as a script
+        from tests.io.servers import free_port, wait_listening
+
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [sys.executable, __file__, str(root), str(self.port), *(["--ranges"] if ranges else [])],
             start_new_session=True)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError("the HTTP test server did not start") from None
-                time.sleep(0.05)
+        if not wait_listening(self.proc, self.port, 20):
+            self.stop()
+            raise RuntimeError("the HTTP test server did not start")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(10)
+        from tests.io.servers import stop_group
+
+        stop_group(self.proc)
 
 
 if __name__ == "__main__":

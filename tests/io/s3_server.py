@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
-import time
 from pathlib import Path
+
+from tests.io.servers import free_port, stop_group, wait_listening
 
 REPO = Path(__file__).resolve().parents[2]
 MOTO = REPO / ".venv-moto" / "bin"
@@ -34,12 +33,6 @@ def available() -> bool:
     return (MOTO / "moto_server").exists()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class S3Server:
     def __init__(self, workdir: Path):
         self.port = free_port()
@@ -50,18 +43,10 @@ class S3Server:
         self.proc = subprocess.Popen([str(MOTO / "moto_server"), "-H", "127.0.0.1", "-p",
                                       str(self.port)], stdout=self.log, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"moto_server did not start: "
-                                       f"{(workdir / 'moto.log').read_text()[-2000:]}") \
-                        from None
-                time.sleep(0.1)
+        if not wait_listening(self.proc, self.port, 30, poll=0.1):
+            self.stop()
+            raise RuntimeError(f"moto_server did not start: "
+                               f"{(workdir / 'moto.log').read_text()[-2000:]}")
         try:
             r = subprocess.run([str(MOTO / "python"), "-c", BOOTSTRAP, self.endpoint],
                                capture_output=True, text=True, timeout=60, check=True)
@@ -82,11 +67,5 @@ class S3Server:
         return s3fs.S3FileSystem(skip_instance_cache=True, **self.options())
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc)
         self.log.close()
