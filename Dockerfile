@@ -25,16 +25,21 @@ USER rapids
 WORKDIR /opt/gpupipe
 # not the [gpu] extra: the image's conda environment already has RAPIDS, and pip wheels of the
 # same libraries would shadow it
-# the CPU kernels compiled at build time into a cache any user of the image can read (numba
-# needs to be able to write beside it: a user other than `rapids` adds what the image lacks).
-# The CUDA kernels need the GPU to compile (a build sees none): `gpupipe warmup --cuda` once
-# when the container starts, with NUMBA_CACHE_DIR on a volume, does them
+# the CPU kernels compiled ahead of time at build time into the installed package
+# (`gpupipe warmup --aot`: numba's ahead-of-time compiler, which needs a C compiler), so that no
+# container compiles them. The CUDA kernels need the GPU to compile (a build sees none):
+# `gpupipe warmup --cuda` once when the container starts, with NUMBA_CACHE_DIR on a volume, does
+# them (numba needs to be able to write to that cache: a user other than `rapids` adds to it)
+USER root
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
+USER rapids
 ENV NUMBA_CACHE_DIR=/opt/gpupipe/numba-cache
 RUN pip install --no-cache-dir . \
  && gpupipe --version \
  && python -c "import cudf, dask_cuda, kvikio; print('RAPIDS', cudf.__version__)" \
- && gpupipe warmup \
- && chmod -R a+rwX /opt/gpupipe/numba-cache
+ && gpupipe warmup --aot \
+ && mkdir -p /opt/gpupipe/numba-cache && chmod -R a+rwX /opt/gpupipe/numba-cache
 
 # UCX over InfiniBand needs locked memory: run with --ulimit memlock=-1 (and --device
 # /dev/infiniband --cap-add IPC_LOCK --network host on multi-node jobs)

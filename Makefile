@@ -15,9 +15,15 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-install: $(STAMP)
+# The CPU kernels compiled ahead of time into gpupipe/kernels (about 1.5 min, once; again when a
+# kernel's source changes): no run, worker or test process compiles them (gpupipe/kernels/aot.py)
+AOT := gpupipe/kernels/_compiled.index
+$(AOT): $(STAMP) $(wildcard gpupipe/kernels/*.py)
+	$(BIN)/gpupipe warmup --aot
 
-demo: $(STAMP)
+install: $(STAMP) $(AOT)
+
+demo: $(STAMP) $(AOT)
 	$(BIN)/gpupipe run pipelines/quickstart.yaml --overwrite
 	@$(BIN)/python -m gpupipe.demo out/quickstart
 
@@ -83,7 +89,7 @@ $(MOTO_VENV)/.installed:
 
 # two test processes (the suite's heavy tests run subprocesses and clusters of their own)
 TEST_JOBS ?= 2
-test: $(STAMP) $(TRITON_VENV)/.installed $(SLURM_TRIED) $(UCX_VENV)/.installed \
+test: $(STAMP) $(AOT) $(TRITON_VENV)/.installed $(SLURM_TRIED) $(UCX_VENV)/.installed \
 	$(STREAMING_VENV)/.installed $(MOTO_VENV)/.installed
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup
 

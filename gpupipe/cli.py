@@ -311,13 +311,35 @@ KERNELS_INSTALL = ("pip install 'gpupipe[kernels-cu12]' (numba-cuda and CuPy for
 
 
 def cmd_warmup(args) -> int:
-    """Compile the CPU kernels into numba's cache, so that no run on this machine (or image)
-    compiles: for container builds and new nodes. ``--cuda``: the CUDA kernels too, for this
-    machine's GPU."""
-    import numba
-
+    """Compile the CPU kernels, so that no run on this machine (or image) compiles: into numba's
+    cache, or with ``--aot`` into an extension module that any process loads whatever its cache.
+    ``--cuda``: the CUDA kernels too, for this machine's GPU."""
     if args.cuda:
         _warmup_cuda_check()
+    if args.aot and args.stages:
+        raise SpecError("--aot compiles every CPU kernel; --stages does not apply to it")
+    if not args.aot and (args.cpu != "generic" or args.out):
+        raise SpecError("--cpu and --out apply to --aot only")
+
+    if args.aot:
+        _warmup_aot(args)
+    else:
+        _warmup_jit(args)
+    if args.cuda:
+        from gpupipe.kernels import gpu
+
+        device = gpu.usable()[1]
+        print(f"compiling {len(gpu.KERNELS)} CUDA kernels for {device}", flush=True)
+        t0 = time.perf_counter()
+        done = gpu.warm(lambda r: print(
+            f"  {r['cuda_kernel']:<32} {r['seconds']:7.2f} s"
+            f"{'  (cache)' if r['from_cache'] else ''}", flush=True))
+        print(f"ok: {len(done)} CUDA kernels in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def _warmup_jit(args) -> None:
+    import numba
 
     from gpupipe.kernels.warm import all_kernels, kernels_for, warm
 
@@ -337,24 +359,42 @@ def cmd_warmup(args) -> int:
         "cache directory where those cannot be written; NUMBA_CACHE_DIR sets another)"
     print(f"compiling {len(names)} CPU kernels into {where}", flush=True)
     t0 = time.perf_counter()
-    total = 0.0
     for name in names:
         s = warm([name])[name]
-        total += s
         print(f"  {name:<24} {s:7.2f} s", flush=True)
     print(f"ok: {len(names)} kernels in {time.perf_counter() - t0:.1f} s "
           f"(a second warmup loads them from the cache)")
-    if args.cuda:
-        from gpupipe.kernels import gpu
+    from gpupipe.kernels import aot
 
-        device = gpu.usable()[1]
-        print(f"compiling {len(gpu.KERNELS)} CUDA kernels for {device}", flush=True)
-        t0 = time.perf_counter()
-        done = gpu.warm(lambda r: print(
-            f"  {r['cuda_kernel']:<32} {r['seconds']:7.2f} s"
-            f"{'  (cache)' if r['from_cache'] else ''}", flush=True))
-        print(f"ok: {len(done)} CUDA kernels in {time.perf_counter() - t0:.1f} s")
-    return 0
+    if aot.state()["kernels"] == "ahead-of-time":
+        print(f"(the ahead-of-time module {aot.state()['module']} serves them: nothing was "
+              f"compiled)")
+
+
+def _warmup_aot(args) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from gpupipe.kernels import aot, aot_build
+
+    out = Path(args.out) if args.out else aot.directory()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=out, prefix=".probe-")
+        probe.close()
+    except OSError as e:
+        raise SpecError(f"--aot: cannot write to {out} ({e.strerror}); give --out DIR and set "
+                        f"GPUPIPE_AOT_DIR=DIR for the runs") from None
+    print(f"compiling every CPU kernel ahead of time into {out}", flush=True)
+    try:
+        built = aot_build.build(out, cpu=args.cpu, progress=lambda m: print(m, flush=True))
+    except RuntimeError as e:
+        raise SpecError(f"--aot: {e}") from None
+    print(f"ok: {built['entries']} entry points ({built['exports']} variants) in "
+          f"{built['module']} ({built['seconds']:.0f} s; {built['aot_seconds']:.0f} s of it "
+          f"the ahead-of-time compile)")
+    if args.out and Path(args.out).resolve() != aot.directory().resolve():
+        print(f"runs use it with GPUPIPE_AOT_DIR={Path(args.out).resolve()}")
 
 
 def _warmup_cuda_check() -> None:
@@ -563,6 +603,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda", action="store_true",
                    help="also compile every CUDA kernel for this machine's GPU (numba-cuda's "
                         "disk cache; needs the GPU)")
+    p.add_argument("--aot", action="store_true",
+                   help="compile every CPU kernel ahead of time into an extension module in "
+                        "the package (or --out), which every process loads instead of "
+                        "compiling, whatever its numba cache (make install does it)")
+    p.add_argument("--cpu", choices=("generic", "host"), default="generic",
+                   help="--aot: for any CPU of this architecture (default) or this one only")
+    p.add_argument("--out", help="--aot: the directory to write it to (default: the package "
+                                 "directory, or GPUPIPE_AOT_DIR, which runs read it from)")
     p.set_defaults(func=cmd_warmup)
 
     p = sub.add_parser("report", help="(re)build <run>/report.html from a run directory")

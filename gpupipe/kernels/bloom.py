@@ -21,6 +21,7 @@ import numba
 import numpy as np
 
 from gpupipe.kernels.hashing import fmix64
+from gpupipe.kernels.target import entry
 
 __all__ = ["BLOCK_BITS", "bloom_scan", "bloom_size", "fill_fp_rate", "fp_rate"]
 
@@ -106,7 +107,7 @@ def _probe(bits, nblocks, k, h, insert):
     return present
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def bloom_scan(wh, nwin, bits, nblocks, k, within_document, seen):
     """Documents in order (``nwin[d]`` windows each, their hashes ``wh``): ``seen[j]`` = 1
     where window ``j``'s hash tests positive. Without ``within_document`` a document's windows
@@ -126,7 +127,7 @@ def bloom_scan(wh, nwin, bits, nblocks, k, within_document, seen):
         j += n
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def bloom_insert(keys, bits, nblocks, k):
     """Every key into the filter (earlier runs' spans)."""
     for w in range(len(keys)):

@@ -32,7 +32,6 @@ Tables (`gpupipe.kernels.bpe_tables.BpeTables`): merges in an open-addressing ta
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from gpupipe.kernels.catalog import (  # noqa: F401  (the modes and classes, re-exported)
@@ -46,7 +45,7 @@ from gpupipe.kernels.catalog import (  # noqa: F401  (the modes and classes, re-
     SPACE,
 )
 from gpupipe.kernels.hashing import fmix64
-from gpupipe.kernels.target import device
+from gpupipe.kernels.target import device, entry
 from gpupipe.kernels.utf8 import decode
 
 __all__ = ["GPT2", "LLAMA3", "QWEN2", "encode", "hash_bytes", "insert", "pretokens"]
@@ -242,7 +241,7 @@ def vocab_id(data, a, b, vkeys, vrows, vmask, vbytes, voff, vids):
         s = (s + 1) & vmask
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def insert(keys, vals, tkeys, tvals, mask):
     """Put ``keys[k] -> vals[k]`` into the open-addressing table ``(tkeys, tvals)`` (``tkeys``
     filled with all ones); a key given twice keeps its last value (as a merges list with a
@@ -256,7 +255,7 @@ def insert(keys, vals, tkeys, tvals, mask):
         tvals[h] = vals[k]
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def hash_all(offsets, data, out):
     """`hash_bytes` of every string of ``(offsets, data)``."""
     for k in range(out.shape[0]):
@@ -446,7 +445,7 @@ def encode_doc(data, start, end, mode, classes, sp_first, sp_bytes, sp_off, sp_i
 
 # --------------------------------------------------------------------------- CPU launcher
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _encode_cpu(offsets, data, mode, classes, sp_first, sp_bytes, sp_off, sp_ids, byte_id,
                 mkeys, mvals, mmask, ignore_merges, vkeys, vrows, vmask, vbytes, voff, vids,
                 bos, eod, ids, heap, nxt, prv, out, lens):
@@ -460,7 +459,7 @@ def _encode_cpu(offsets, data, mode, classes, sp_first, sp_bytes, sp_off, sp_ids
     return o
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _pretokens_cpu(offsets, data, mode, classes, out, counts):
     o = 0
     for d in range(counts.shape[0]):

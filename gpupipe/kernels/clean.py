@@ -14,10 +14,9 @@ comparison of the texts is needed.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from gpupipe.kernels.target import device
+from gpupipe.kernels.target import device, entry
 from gpupipe.kernels.utf8 import decode
 
 #: `pyarrow.compute.utf8_trim_whitespace`'s whitespace (tested against Arrow on every code point)
@@ -231,7 +230,7 @@ def clean_doc(data, start, end, out, o, pre_only, newlines, remove_control, unic
     return w, replaced or (w - o) != (end - start)
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _clean_cpu(offsets, data, pre_only, newlines, remove_control, unicode_spaces, collapse,
                lines, max_blank, strip):
     nd = offsets.shape[0] - 1

@@ -22,12 +22,11 @@ from __future__ import annotations
 import functools
 import unicodedata
 
-import numba
 import numpy as np
 
 from gpupipe.kernels.catalog import MAX_NGRAM
 from gpupipe.kernels.hashing import fmix64
-from gpupipe.kernels.target import device
+from gpupipe.kernels.target import device, entry
 from gpupipe.kernels.utf8 import decode
 
 __all__ = ["BLOOM_BITS", "MAX_NGRAM", "build_index", "contamination_scan", "fold_table",
@@ -178,7 +177,7 @@ def scan_doc(data, start, end, fold, keys, masks, bloom, shift, lengths, bpow, r
     return hits, hit_sets, nreg
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _scan_cpu(offsets, data, fold, keys, masks, bloom, shift, lengths, bpow, ring_p, ring_s,
               set_hits, regions, region_masks, hits, hit_sets, nreg):
     for d in range(hits.shape[0]):
@@ -211,7 +210,7 @@ def contamination_scan(offsets, data, keys, masks, bloom, lengths, nsets: int,
 
 # --------------------------------------------------------------------------- the index
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _sample_keys(offsets, data, fold, ngram, min_words, bpow, prefix, out, out_row):
     """Keys of every sample into ``out`` (each sample's row in ``out_row``); returns (how many,
     the word count of each sample)."""

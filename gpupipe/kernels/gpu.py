@@ -41,6 +41,7 @@ from gpupipe.kernels import (
     utf8,
     words,
 )
+from gpupipe.kernels.aot import sources_digest
 from gpupipe.kernels.target import SIMULATOR, max_len, register_cuda_mul_rn
 
 if not SIMULATOR:
@@ -113,20 +114,6 @@ def kernel(*signatures: tuple):
         return jitted
 
     return wrap
-
-
-@functools.cache
-def sources_digest(directory: str | None = None) -> str:
-    """sha256 of every module of `gpupipe.kernels` (or of ``directory``): the kernels of this
-    module call routines from all of them, and numba's cache only looks at the file of the
-    function it compiles."""
-    import hashlib
-    from pathlib import Path
-
-    h = hashlib.sha256()
-    for f in sorted(Path(directory or Path(__file__).parent).glob("*.py")):
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()
 
 
 if not SIMULATOR:

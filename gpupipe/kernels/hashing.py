@@ -15,11 +15,10 @@ Algorithm (cuDF's, pinned by cuDF's published outputs in tests/stages/dedup/test
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pyarrow as pa
 
-from gpupipe.kernels.target import device
+from gpupipe.kernels.target import device, entry
 from gpupipe.kernels.utf8 import utf8_buffers
 
 __all__ = ["MERSENNE_61", "fmix64", "list_buffers", "minhash", "minhash_buffers", "minhash_ngrams",
@@ -232,7 +231,7 @@ def xxh64(data, start, end, seed):
     return h
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _xxh64_cpu(offsets, data, seed, out):
     for d in range(out.shape[0]):
         out[d] = xxh64(data, offsets[d], offsets[d + 1], seed)
@@ -308,7 +307,7 @@ def minhash_doc(data, start, end, width, seed, a, b, row, bits64):
             i += 1
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _minhash_cpu(offsets, data, width, seed, a, b, out, bits64):
     for d in range(out.shape[0]):
         minhash_doc(data, offsets[d], offsets[d + 1], width, seed, a, b, out[d], bits64)
@@ -362,7 +361,7 @@ def minhash_ngrams_doc(list_offsets, r, offsets, data, ngrams, seed, a, b, row, 
             _update32(murmur3_32(buf, 0, size, seed), a, b, row)
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _minhash_ngrams_cpu(list_offsets, offsets, data, ngrams, seed, a, b, out, bits64, buf):
     for r in range(out.shape[0]):
         minhash_ngrams_doc(list_offsets, r, offsets, data, ngrams, seed, a, b, out[r], bits64,

@@ -14,12 +14,11 @@ from __future__ import annotations
 import functools
 import math
 
-import numba
 import numpy as np
 
 from gpupipe.errors import BackendUnavailableError
 from gpupipe.kernels.normalize import needs_normalization_doc, stable_table
-from gpupipe.kernels.target import device, max_len, mul_rn, table_mask, table_size
+from gpupipe.kernels.target import device, entry, max_len, mul_rn, table_mask, table_size
 
 __all__ = ["LangidModel", "langid", "langid_model", "langid_needs_prepare", "langid_pick",
            "langid_scores", "log1p_table", "pick", "prepare"]
@@ -61,7 +60,7 @@ def langid_model() -> LangidModel:
         alias=np.array(pairs, dtype=np.int64).reshape(-1, 2))
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _log1p_table(n):
     out = np.empty(n, np.float32)
     for i in range(n):
@@ -116,7 +115,7 @@ def langid_scores_doc(data, start, end, nextmove, rowbase, out_feat, ptc, prior,
         scores[c] = mul_rn(scores[c], scale)
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def langid_pick(scores, alias, best, conf):
     """Per row of ``scores``: the label (after merging aliased classes) and its probability,
     normalised exactly as py3langid does with ``norm_probs=True``. Host only."""
@@ -141,7 +140,7 @@ def langid_pick(scores, alias, best, conf):
         conf[d] = p[k]
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _langid_cpu(offsets, data, nextmove, rowbase, out_feat, ptc, prior, log1p, tsize):
     nd = offsets.shape[0] - 1
     scores = np.empty((nd, prior.shape[0]), np.float32)
@@ -189,7 +188,7 @@ def needs_prepare_doc(data, start, end, table):
     return True
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _needs_prepare_cpu(offsets, data, table, out):
     for d in range(out.shape[0]):
         out[d] = needs_prepare_doc(data, offsets[d], offsets[d + 1], table)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import functools
 import unicodedata
 
-import numba
 import numpy as np
 
-from gpupipe.kernels.target import device
+from gpupipe.kernels.target import device, entry
 from gpupipe.kernels.utf8 import decode
 
 
@@ -52,7 +51,7 @@ def needs_normalization_doc(data, start, end, table):
     return False
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _needs_normalization_cpu(offsets, data, table, out):
     for d in range(out.shape[0]):
         out[d] = needs_normalization_doc(data, offsets[d], offsets[d + 1], table)

@@ -14,10 +14,9 @@ parts every such match has (`gpupipe.stages.transforms.pii.ENTITIES`):
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from gpupipe.kernels.target import device
+from gpupipe.kernels.target import device, entry
 from gpupipe.kernels.utf8 import pattern_bytes
 
 #: literal starts of the secret-key patterns, plus the private-key header
@@ -99,7 +98,7 @@ def pii_candidate_doc(data, start, end, lit, lit_off):
     return False
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _pii_cpu(offsets, data, lit, lit_off, out):
     for d in range(out.shape[0]):
         out[d] = pii_candidate_doc(data, offsets[d], offsets[d + 1], lit, lit_off)

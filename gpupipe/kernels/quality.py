@@ -5,12 +5,11 @@ decide with vectorised numpy from these measures."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from gpupipe.charsets import ALPHA, SYMBOL, TERMINAL, char_table, chars_table
 from gpupipe.kernels.repetition import dup_stats, hash_span
-from gpupipe.kernels.target import device, max_len, table_size
+from gpupipe.kernels.target import device, entry, max_len, table_size
 from gpupipe.kernels.utf8 import decode_doc, has, next_line, strip
 from gpupipe.kernels.words import (
     DOT,
@@ -134,7 +133,7 @@ def gopher_quality_doc(data, start, end, T, stop_cp, stop_off, cp, ts, te, ss, s
     o[GQ_STOP_WORDS] = stops
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _gopher_quality_cpu(offsets, data, T, stop_cp, stop_off, maxlen):
     nd = offsets.shape[0] - 1
     out = np.zeros((nd, GQ_MEASURES), np.int64)
@@ -198,7 +197,7 @@ def fineweb_doc(data, start, end, T, stop_table, use_table, short_len, cp, ts, t
     o[6] = tokenize(cp, 0, n, T, ts, te, ss, se)
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _fineweb_cpu(offsets, data, T, stop_table, use_table, short_len, maxlen, tsize):
     nd = offsets.shape[0] - 1
     out = np.zeros((nd, FW_MEASURES), np.int64)
@@ -393,7 +392,7 @@ def c4_doc(data, start, end, T, max_word_length, remove_citations, terminal_punc
     return code, doc_start + (b - a)
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _c4_cpu(offsets, data, T, max_word_length, remove_citations, terminal_punct, min_words,
             lorem, javascript, curly, policy, policy_cp, policy_off, min_sentences, maxlen):
     nd = offsets.shape[0] - 1

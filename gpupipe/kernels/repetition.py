@@ -9,12 +9,11 @@ table for the keys it will insert (a power of two, at most half full), so the sc
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from gpupipe.charsets import char_table
 from gpupipe.kernels.hashing import fmix64
-from gpupipe.kernels.target import device, max_len, table_mask, table_size
+from gpupipe.kernels.target import device, entry, max_len, table_mask, table_size
 from gpupipe.kernels.utf8 import decode_doc, strip
 from gpupipe.kernels.words import scratch, tokenize
 
@@ -214,7 +213,7 @@ def rolling_powers(maxlen: int) -> np.ndarray:
     return np.cumprod(p, dtype=np.uint64)
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _gopher_repetition_cpu(offsets, data, T, top_ns, dup_ns, power, maxlen, tsize):
     nd = offsets.shape[0] - 1
     base = np.zeros((nd, 7), np.int64)

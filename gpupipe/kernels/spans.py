@@ -37,12 +37,11 @@ from __future__ import annotations
 import functools
 import unicodedata
 
-import numba
 import numpy as np
 
 from gpupipe.charsets import char_table
 from gpupipe.kernels.hashing import fmix64
-from gpupipe.kernels.target import device, max_len
+from gpupipe.kernels.target import device, entry, max_len
 from gpupipe.kernels.utf8 import decode, decode_doc
 from gpupipe.kernels.words import scratch, sentence_breaks, tokenize
 
@@ -285,7 +284,7 @@ def cut_doc(data, start, end, ends, nunits, cut, classes, out, o):
 
 # --------------------------------------------------------------------------- CPU launchers
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _span_units_cpu(offsets, data, unit, span, table, classes, T, ends_tmp, uh_tmp, wh_tmp,
                     nunits, nwin, ends, wh):
     cp, ts, te, ss, se = scratch(ends_tmp.shape[0] if unit == 2 else 1)
@@ -331,7 +330,7 @@ def span_units(offsets, data, unit: str, span: int, table: np.ndarray
     return nunits, ends, nwin, wh
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _cut_units_cpu(offsets, data, unit_off, ends, cut, classes, out, lens, changed):
     w = 0
     for d in range(lens.shape[0]):

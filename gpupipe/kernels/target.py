@@ -23,6 +23,8 @@ from numba.core import types
 from numba.core.extending import overload
 from numba.core.typing.typeof import typeof_impl
 
+from gpupipe.kernels import aot
+
 #: the CUDA simulator replaces numba.cuda in this process
 SIMULATOR = bool(numba.config.ENABLE_CUDASIM)
 if SIMULATOR:
@@ -82,12 +84,56 @@ def device(fn=None, *, inline: bool = False):
     """
     if fn is None:
         return lambda f: device(f, inline=inline)
-    options = dict(nogil=True, inline="always" if inline else "never")
-    try:
-        cpu = numba.njit(cache=True, **options)(fn)
-    except RuntimeError:  # defined where numba cannot cache (a notebook cell, a doctest)
-        cpu = numba.njit(**options)(fn)
+    cpu = _njit(fn, nogil=True, inline="always" if inline else "never")
     return SimulatedRoutine(fn, cpu) if SIMULATOR else cpu
+
+
+def _njit(fn, **options):
+    try:
+        return numba.njit(cache=True, **options)(fn)
+    except RuntimeError:  # defined where numba cannot cache (a notebook cell, a doctest)
+        return numba.njit(**options)(fn)
+
+
+class Entry:
+    """A CPU kernel's entry point: a compiled function that Python calls (a launcher), never
+    another compiled function. Called with argument types that the ahead-of-time module
+    (`gpupipe.kernels.aot`) holds, it runs that machine code; otherwise numba compiles it on
+    first use, as ``numba.njit(cache=True, nogil=True)`` does (`jit`)."""
+
+    def __init__(self, fn, options):
+        self.py_func = fn
+        self.jit = _njit(fn, nogil=True, **options)
+        self.key = f"{fn.__module__}.{fn.__qualname__}"
+        self.__name__, self.__qualname__, self.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+        self.__module__ = fn.__module__
+
+    def __call__(self, *args):
+        served = aot.compiled(self.key)
+        if served:
+            argtypes = tuple(map(numba.typeof, args))
+            fn = served.get(argtypes)
+            if fn is not None:
+                return fn(*args)
+            aot.missed(self.key, argtypes)
+        return self.jit(*args)
+
+    def __repr__(self) -> str:
+        return f"<kernel entry {self.key}>"
+
+
+#: every `Entry`, in definition order (what `gpupipe.kernels.aot.build` compiles)
+ENTRIES: list[Entry] = []
+
+
+def entry(fn=None, **options):
+    """Make ``fn`` a CPU kernel's entry point (`Entry`): a launcher calls it with arrays and
+    scalars. ``options`` are numba's (``boundscheck=False``)."""
+    if fn is None:
+        return lambda f: entry(f, **options)
+    e = Entry(fn, options)
+    ENTRIES.append(e)
+    return e
 
 
 def mul_rn(x, y):

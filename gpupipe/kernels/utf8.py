@@ -10,12 +10,11 @@ from __future__ import annotations
 import functools
 import unicodedata
 
-import numba
 import numpy as np
 import pyarrow as pa
 
 from gpupipe.charsets import LINEBREAK, SPACE, char_table
-from gpupipe.kernels.target import device
+from gpupipe.kernels.target import device, entry
 
 __all__ = ["char_table", "count_chars", "count_words", "decode", "decode_doc", "has", "next_line",
            "separator_table", "split_words", "strip", "utf8_buffers"]
@@ -92,7 +91,7 @@ def count_chars_doc(data, start, end):
     return n
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _count_chars_cpu(offsets, data, out):
     for d in range(out.shape[0]):
         out[d] = count_chars_doc(data, offsets[d], offsets[d + 1])
@@ -149,7 +148,7 @@ def count_words_doc(data, start, end):
     return words
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _count_words_cpu(offsets, data, out):
     for d in range(out.shape[0]):
         out[d] = count_words_doc(data, offsets[d], offsets[d + 1])
@@ -196,7 +195,7 @@ def count_substrings_doc(data, start, end, pat, pat_off):
     return total
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _count_substrings_cpu(offsets, data, pat, pat_off, out):
     for d in range(out.shape[0]):
         out[d] = count_substrings_doc(data, offsets[d], offsets[d + 1], pat, pat_off)
@@ -224,7 +223,7 @@ def separator_table() -> np.ndarray:
     return table
 
 
-@numba.njit(cache=True, nogil=True, boundscheck=False)
+@entry(boundscheck=False)
 def _split_words(offsets, data, table, out_data, word_offsets, row_offsets):
     """Words of every string: runs between separators, ASCII digits replaced by '0'."""
     n_out = 0

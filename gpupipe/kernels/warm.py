@@ -76,6 +76,18 @@ def warm(names) -> dict[str, float]:
     return out
 
 
+def warm_here(names) -> dict:
+    """`warm` in a worker: ``{"seconds": ..., "code": ...}``, the second saying whether this
+    process runs the ahead-of-time module (`gpupipe.kernels.aot`) or numba's compiled code,
+    and why."""
+    from gpupipe.kernels import aot
+
+    seconds = warm(names)
+    state = aot.state()
+    code = state["kernels"] if state["kernels"] != "jit" else f"jit ({state['why']})"
+    return {"seconds": seconds, "code": code}
+
+
 def plan(names, workers: dict[str, str]) -> dict[str, list[str]]:
     """``worker address -> kernels`` to warm there: on each host (``workers``: address -> host)
     every kernel once, longest first onto the worker with the least work so far."""

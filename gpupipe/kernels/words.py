@@ -36,7 +36,7 @@ from gpupipe.charsets import (
     UPPER,
     char_table,
 )
-from gpupipe.kernels.target import device, max_len
+from gpupipe.kernels.target import device, entry, max_len
 from gpupipe.kernels.utf8 import decode_doc, has, utf8_buffers
 
 __all__ = ["count_sentences", "count_tokens", "lower_ascii", "next_piece", "scratch",
@@ -331,7 +331,7 @@ def scratch(maxlen):
     return (np.empty(maxlen, np.int32), np.empty(maxlen, np.int64), np.empty(maxlen, np.int64),
             np.empty(maxlen, np.int64), np.empty(maxlen, np.int64))
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _tokenize_all(offsets, data, T, maxlen):
     nd = offsets.shape[0] - 1
     cp, ts, te, ss, se = scratch(maxlen)
@@ -431,7 +431,7 @@ def count_tokens_doc(data, start, end, T, nonsymbol_only, cp, ts, te, ss, se):
     return words
 
 
-@numba.njit(cache=True, nogil=True)
+@entry
 def _count_tokens_cpu(offsets, data, T, nonsymbol_only, maxlen):
     nd = offsets.shape[0] - 1
     out = np.zeros(nd, np.int64)

@@ -413,8 +413,9 @@ def gather(futures, bar, label: str) -> list[dict]:
 def prewarm(client, stage_names, backend: str) -> dict:
     """Compile the CPU kernels the stages use before any data task (`gpupipe.kernels.warm`): on
     each host every kernel once, spread over its workers. What it cost goes into run.json
-    (``compile``): on a warm machine the kernels load from numba's cache in milliseconds."""
-    from gpupipe.kernels.warm import kernels_for, plan, warm
+    (``compile``, with ``code``: the ahead-of-time module or numba's compiled code, and why):
+    with the ahead-of-time module, or on a warm machine, the kernels load in milliseconds."""
+    from gpupipe.kernels.warm import kernels_for, plan, warm_here
 
     names = kernels_for(stage_names) if backend == "pandas" else []
     if not names:
@@ -428,7 +429,7 @@ def prewarm(client, stage_names, backend: str) -> dict:
     todo = plan(names, {a: w.get("host", a) for a, w in info.items()})
     t0 = time.perf_counter()
     run = uuid.uuid4().hex[:12]
-    futures = [client.submit(warm, ks, workers=[a], allow_other_workers=False, pure=False,
+    futures = [client.submit(warm_here, ks, workers=[a], allow_other_workers=False, pure=False,
                              key=f"gpupipe-warm-{run}-{k}")
                for k, (a, ks) in enumerate(todo.items())]
     try:
@@ -440,11 +441,13 @@ def prewarm(client, stage_names, backend: str) -> dict:
     wall = time.perf_counter() - t0
     kernels: dict[str, float] = {}
     for got in done:
-        for name, s in got.items():
+        for name, s in got["seconds"].items():
             kernels[name] = max(kernels.get(name, 0.0), s)
-    cpu = sum(sum(got.values()) for got in done)
+    cpu = sum(sum(got["seconds"].values()) for got in done)
     if cpu > 2:
         log.info("compiled %d kernels in %.1f s on %d worker(s) (%.1f CPU-s); later runs on this "
-                 "machine load them from numba's cache", len(names), wall, len(todo), cpu)
+                 "machine load them from numba's cache (`gpupipe warmup --aot` compiles them "
+                 "once for every process)", len(names), wall, len(todo), cpu)
     return {"wall_seconds": round(wall, 3), "cpu_seconds": round(cpu, 3), "workers": len(todo),
+            "code": sorted({got["code"] for got in done}),
             "kernels": dict(sorted(kernels.items()))}

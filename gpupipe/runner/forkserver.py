@@ -44,10 +44,10 @@ PRE_SPAWN = {"MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "MKL_NUM
              "OPENBLAS_NUM_THREADS": "1"}
 
 #: prefixes of variables that the libraries the server preloads (numba, numpy's BLAS, OpenMP,
-#: pyarrow, the allocator, the interpreter, the time zone) read when they are imported: a change
-#: made after the server started would be lost on a forked worker
+#: pyarrow, the allocator, the interpreter, the time zone, the ahead-of-time kernels) read when
+#: they are imported: a change made after the server started would be lost on a forked worker
 AT_IMPORT = ("NUMBA_", "OMP_", "MKL_", "OPENBLAS_", "BLIS_", "VECLIB_", "NUMEXPR_", "ARROW_",
-             "PYTHON", "MALLOC_", "LD_", "TZ")
+             "PYTHON", "MALLOC_", "LD_", "TZ", "GPUPIPE_AOT")
 
 _lock = threading.Lock()
 #: the driver's environment when this module started the server (None: not started by us)

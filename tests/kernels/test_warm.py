@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import gpupipe as gp
+from gpupipe.kernels import aot
 from gpupipe.kernels.checks import CHECKS
 from gpupipe.kernels.warm import COST, STAGE_KERNELS, kernels_for, plan
 from gpupipe.stages import GopherQuality, LengthFilter
@@ -53,11 +54,13 @@ def test_a_run_compiles_ahead_and_records_it(client, tmp_path):
     compiled = json.loads((tmp_path / "o" / "run.json").read_text())["compile"]
     assert sorted(compiled["kernels"]) == ["count_chars_words", "gopher_quality"]
     assert compiled["workers"] == 2 and compiled["cpu_seconds"] >= 0
+    here = aot.state()    # the workers run as this process does
+    assert compiled["code"] == [here.get("why") and f"jit ({here['why']})" or here["kernels"]]
     assert res.stage("length_filter")["docs_out"] == 20
 
 
 def test_warmup_fills_the_cache_and_refuses_unknown_stages(tmp_path):
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "GPUPIPE_AOT": "0"}
     r = subprocess.run([BIN, "warmup", "--stages", "length_filter"], env=env, cwd=REPO,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

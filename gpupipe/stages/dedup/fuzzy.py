@@ -18,7 +18,6 @@ Steps (`gpupipe.stages.steps`), each checkpointed by the runner:
 
 from __future__ import annotations
 
-import functools
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
@@ -401,39 +400,6 @@ class TrueJaccard:
                       counters={"rejected_pairs": int((~ok).sum())})
 
 
-@functools.cache
-def _greedy_kernel():
-    import numba
-
-    @numba.njit(cache=True)
-    def greedy(order, indptr, nbr, sim, fixed):
-        n = order.shape[0]
-        rank = np.empty(n, np.int64)
-        for t in range(n):
-            rank[order[t]] = t
-        kept = np.zeros(n, np.bool_)
-        dup = np.full(n, -1, np.int64)
-        best = np.zeros(n, np.float64)
-        for t in range(n):
-            v = order[t]
-            if fixed[v]:
-                kept[v] = True
-                continue
-            bu, bs = -1, -1.0
-            for e in range(indptr[v], indptr[v + 1]):
-                u = nbr[e]
-                if kept[u] and (sim[e] > bs or (sim[e] == bs and rank[u] < rank[bu])):
-                    bu, bs = u, sim[e]
-            if bu < 0:
-                kept[v] = True
-            else:
-                dup[v] = bu
-                best[v] = bs
-        return kept, dup, best
-
-    return greedy
-
-
 def keep_greedy(a: np.ndarray, b: np.ndarray, sim: np.ndarray, order: np.ndarray,
                 fixed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Nodes ``0..n-1`` in ``order``: a node is kept unless an edge ties it to a node kept
@@ -445,8 +411,10 @@ def keep_greedy(a: np.ndarray, b: np.ndarray, sim: np.ndarray, order: np.ndarray
     src, dst, w = np.concatenate([a, b]), np.concatenate([b, a]), np.concatenate([sim, sim])
     o = np.argsort(src, kind="stable")
     indptr = np.searchsorted(src[o], np.arange(n + 1)).astype(np.int64)
-    return _greedy_kernel()(np.asarray(order, np.int64), indptr, dst[o].astype(np.int64),
-                            w[o].astype(np.float64), np.asarray(fixed, dtype=np.bool_))
+    from gpupipe.kernels.graph import greedy
+
+    return greedy(np.asarray(order, np.int64), indptr, dst[o].astype(np.int64),
+                  w[o].astype(np.float64), np.asarray(fixed, dtype=np.bool_))
 
 
 _LOSERS = pa.schema([(POS, pa.int64()), (ROW, pa.int64()), ("id", pa.string()),
