@@ -123,4 +123,5 @@ data: $(STAMP)
 	$(BIN)/python data/make_sample.py
 
 clean:
-	rm -rf $(VENV) $(GPU_API_VENV) $(TRITON_VENV) out .pytest_cache .hypothesis
+	rm -rf $(VENV) $(GPU_API_VENV) $(TRITON_VENV) out .pytest_cache .hypothesis \
+		gpupipe/kernels/_compiled*
