@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import time
@@ -66,15 +67,22 @@ def build(out: str | os.PathLike | None = None, names=None, cpu: str = "generic"
                     f"needs a C compiler and Python's headers (Debian: apt-get install gcc "
                     f"python3-dev)") from e
         (built,) = Path(tmp).glob(aot.MODULE + "*")
+        # a name of its own: a process that read the index before this one was replaced loads
+        # the module that index describes, or none (and then compiles), never this one
+        digest = hashlib.sha256(built.read_bytes()).hexdigest()[:12]
+        name = built.name.replace(aot.MODULE, f"{aot.MODULE}-{digest}", 1)
         meta = {"built_from": aot.identity(), "built": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                    time.gmtime()),
-                "cpu": cpu, "file": built.name, "entries": exports}
-        os.replace(built, out / built.name)
+                "cpu": cpu, "file": name, "entries": exports}
+        os.replace(built, out / name)
         with open(Path(tmp) / aot.INDEX, "wb") as f:
             pickle.dump(meta, f)
         os.replace(Path(tmp) / aot.INDEX, out / aot.INDEX)   # last: it names a complete module
+    for old in out.glob(aot.MODULE + "-*"):
+        if old.name != name:
+            old.unlink(missing_ok=True)   # processes that loaded it keep it mapped
     aot.forget()
-    return {"module": str(out / built.name), "entries": len(exports), "exports": n,
+    return {"module": str(out / name), "entries": len(exports), "exports": n,
             "names": sorted(exports),
             "seconds": round(time.perf_counter() - t0, 1),
             "aot_seconds": round(time.perf_counter() - t1, 1)}

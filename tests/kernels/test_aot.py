@@ -67,6 +67,7 @@ def small_module(tmp_path_factory):
                               "gpupipe.kernels.utf8._split_words"]
     assert built["exports"] == 5
     assert sorted(os.listdir(out)) == [os.path.basename(built["module"]), aot.INDEX]
+    assert os.path.basename(built["module"]).startswith("_compiled-")
     return out
 
 
