@@ -93,6 +93,11 @@ def missed(key: str, argtypes: tuple) -> None:
                  ", ".join(map(str, argtypes)))
 
 
+def misses() -> list[tuple[str, tuple]]:
+    """The entries this process called with argument types the module lacks (`missed`)."""
+    return sorted(_missed, key=str)
+
+
 def state() -> dict:
     """How this process runs its kernels: ``{"kernels": "ahead-of-time" | "jit", ...}`` with
     the module's path and build time, or why it is not used."""

@@ -146,3 +146,24 @@ def test_a_run_with_an_empty_numba_cache_compiles_nothing(tmp_path):
     compiled = json.loads((tmp_path / "out" / "run.json").read_text())["compile"]
     assert compiled["code"] == ["ahead-of-time"]
     assert _cached(cache) == []
+
+
+def test_the_dedup_selection_passes_the_types_the_module_holds():
+    """pandas hands out read-only arrays (other argument types than writable ones): the
+    selection of fuzzy and semantic dedup, which runs in the driver, copies them."""
+    import numpy as np
+    import pandas as pd
+
+    from gpupipe.stages.dedup.fuzzy import keep_greedy
+
+    if aot.state()["kernels"] != "ahead-of-time":
+        pytest.skip(f"the package's ahead-of-time module is not used: {aot.state()['why']}")
+    order = pd.Series([10, 11, 12], index=[2, 0, 1]).sort_values().index.to_numpy()
+    fixed = pd.Series([False, False, True]).to_numpy()
+    assert not order.flags.writeable and not fixed.flags.writeable
+    kept, dup, best = keep_greedy(np.array([0, 1]), np.array([1, 2]), np.array([0.9, 0.8]),
+                                  order, fixed)
+    # 2 first, then 0 (no kept neighbour), then 1, tied to both kept: it goes for 0 (0.9)
+    assert kept.tolist() == [True, False, True] and dup.tolist() == [-1, 0, -1]
+    assert best.tolist() == [0.0, 0.9, 0.0]
+    assert [key for key, _ in aot.misses()] == []

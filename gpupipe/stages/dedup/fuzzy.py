@@ -413,8 +413,10 @@ def keep_greedy(a: np.ndarray, b: np.ndarray, sim: np.ndarray, order: np.ndarray
     indptr = np.searchsorted(src[o], np.arange(n + 1)).astype(np.int64)
     from gpupipe.kernels.graph import greedy
 
-    return greedy(np.asarray(order, np.int64), indptr, dst[o].astype(np.int64),
-                  w[o].astype(np.float64), np.asarray(fixed, dtype=np.bool_))
+    # writable copies: pandas hands out read-only arrays, which are other argument types
+    # (the kernel's ahead-of-time code takes writable ones)
+    return greedy(np.array(order, np.int64), indptr, dst[o].astype(np.int64),
+                  w[o].astype(np.float64), np.array(fixed, dtype=np.bool_))
 
 
 _LOSERS = pa.schema([(POS, pa.int64()), (ROW, pa.int64()), ("id", pa.string()),
