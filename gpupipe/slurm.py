@@ -31,10 +31,13 @@ SCHEDULER_STOP_S = 10
 #: Seconds the shutdown waits for workers still connecting, so that it closes them too
 SHUTDOWN_WAIT_S = 15
 #: ``distributed.scheduler.worker-ttl`` of the job's scheduler, per protocol: a worker silent
-#: this long (a host down, its link cut) is dropped, after its nanny is asked to restart it,
-#: and its tasks run elsewhere. distributed's default is 5 minutes; UCX never notices a silent
+#: this long (a host down, its link cut) is dropped (`LOST_WORKERS`), and its tasks run
+#: elsewhere. distributed's default is 5 minutes; UCX never notices a silent
 #: peer by itself, so there the TTL is all there is.
 WORKER_TTL = {"tcp": "20s", "ucx": "15s"}
+#: the scheduler's preload that removes a worker silent for the TTL without first waiting 30 s
+#: for its nanny to answer a restart (`gpupipe.runner.lost_workers`)
+LOST_WORKERS = "gpupipe.runner.lost_workers"
 
 
 def cpu_network_env(protocol: str) -> dict[str, str]:
@@ -270,7 +273,7 @@ def render(opts: SlurmOptions, name: str) -> str:
         "# any free ports (two jobs can share a node): the scheduler file has the address",
         " ".join(srun + ["--nodes=1", "--ntasks=1", '--nodelist="$HEAD_NODE"', *dask,
                          "scheduler", '--scheduler-file="$SCHEDULER_FILE"', *net, "--port=0",
-                         "--dashboard-address=:0"]) + " &",
+                         "--dashboard-address=:0", f"--preload={LOST_WORKERS}"]) + " &",
         "SCHEDULER_PID=$!",
         "for _ in $(seq 1 120); do",
         '  [[ -s "$SCHEDULER_FILE" ]] && break',

@@ -220,7 +220,8 @@ def test_slurm_gpu_script_content():
                  'exit "$status"'):
         assert line in s, line
     assert ('"$PYTHON" -m dask scheduler --scheduler-file="$SCHEDULER_FILE" --protocol=ucx '
-            '--interface=ib0 --port=0 --dashboard-address=:0 &') in s
+            '--interface=ib0 --port=0 --dashboard-address=:0 --preload=gpupipe.runner.lost_workers &'
+            ) in s
     assert ('"$PYTHON" -m dask cuda worker --scheduler-file="$SCHEDULER_FILE" --interface=ib0 '
             '--enable-cudf-spill --rmm-pool-size=0.9 &') in s
     assert "\nexport DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL=15s\n" in s   # ucx's default
