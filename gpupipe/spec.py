@@ -319,6 +319,10 @@ class ShardSpec(BaseModel):
     text: bool = Field(
         False, description="also store each document's text beside its tokens (formats "
                            "that hold it: mds, as a `text` column); not with packing")
+    compression: str | None = Field(
+        None, description="compress each shard file (formats that can: mds, with `zstd` or "
+                          "`zstd:N`, N from 1 to 22, as MosaicML Streaming's MDSWriter does: "
+                          "`P.mds.zstd`)")
 
     @model_validator(mode="after")
     def _check(self):
@@ -328,6 +332,14 @@ class ShardSpec(BaseModel):
             able = [k for k, f in SHARD_FORMATS.items() if f.takes_text]
             raise ValueError(f"text: true needs a format that stores text ({', '.join(able)}); "
                              f"{self.format} holds tokens only")
+        if self.compression is not None:
+            if not SHARD_FORMATS[self.format].takes_compression:
+                able = [k for k, f in SHARD_FORMATS.items() if f.takes_compression]
+                raise ValueError(f"compression needs a format that compresses its files "
+                                 f"({', '.join(able)}); {self.format} does not")
+            from gpupipe.shards.formats.mds import zstd_level
+
+            zstd_level(self.compression)
         if self.text and self.packing != "none":
             raise ValueError("text: true needs packing: none (a packed sequence holds pieces "
                              "of several documents)")

@@ -25,6 +25,8 @@ def run_shards(client, pipeline, out, fingerprint, partitions, bar, vers) -> dic
 
     spec = pipeline.output.shards
     spec_dict = spec.model_dump(mode="json")
+    if spec_dict.get("compression") is None:   # shards written before it existed stay current
+        spec_dict.pop("compression", None)
     tok_stage = pipeline.sink_stage()
     info = tok_stage.info()
     mix = pipeline.mixture

@@ -236,9 +236,11 @@ def write_shard(split: str, shard: int, n_shards: int, source: tuple[int, str] |
     name = f"{split}-{shard:05d}" if source is None else f"{source[1]}-{shard:05d}"
     rel = f"{split}/{name}"
     prefix = os.path.join(shards_dir, rel)
-    texts = {"texts": gather_texts(route_dir, where)} if spec.get("text") else {}
+    extra = {"texts": gather_texts(route_dir, where)} if spec.get("text") else {}
+    if spec.get("compression"):
+        extra["compression"] = spec["compression"]
     files = formats.get(spec["format"]).write(prefix, tokens, lengths,
-                                              tokenizer_name=tokenizer_name, **texts)
+                                              tokenizer_name=tokenizer_name, **extra)
     out = {"split": split, "shard": shard, "prefix": rel, "documents": documents,
            "sequences": int(len(lengths)), "tokens": int(tokens.size), "files": files}
     failpoint(f"shard-write/{split}/{shard}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 
 import numpy as np
@@ -78,11 +79,12 @@ def runs(client, tmp_path_factory, sample_records):
     mds = run(client, d / "in", d / "mds", "mds")
     meg = run(client, d / "in", d / "meg", "megatron")
     with_text = run(client, d / "in", d / "text", "mds", text=True)
-    return mds, meg, with_text
+    zstd = run(client, d / "in", d / "zstd", "mds", text=True, compression="zstd:7")
+    return mds, meg, with_text, zstd
 
 
 def test_layout_manifest_and_own_reader(runs):
-    mds, meg, _ = runs
+    mds, meg, _, _ = runs
     d = mds.shards_path
     manifest, problems = verify(d)
     assert manifest["format"] == "mosaicml-mds-v2" and problems == []
@@ -107,8 +109,8 @@ def test_layout_manifest_and_own_reader(runs):
 
 @pytest.mark.skipif(not STREAMING.exists(), reason="mosaicml-streaming is not installed in "
                     ".venv-streaming (make .venv-streaming/.installed)")
-def test_streaming_dataset_reads_every_sample(runs):
-    mds, meg, with_text = runs
+def test_streaming_dataset_reads_every_sample(runs, tmp_path):
+    mds, meg, with_text, zstd = runs
     r = subprocess.run([str(STREAMING), "-c", READER, str(mds.shards_path), "train", "valid"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -129,6 +131,53 @@ def test_streaming_dataset_reads_every_sample(runs):
         ds = MdsReader(os.path.join(with_text.shards_path, s["prefix"]))
         mine.setdefault(s["split"], []).extend(ds.text(i) for i in range(len(ds)))
     assert {k: [x[2] for x in v] for k, v in got.items()} == mine
+    # compressed: streaming decompresses each shard (beside it: a copy) and reads the same
+    # samples; gpupipe's check takes the decompressed files for what they are
+    copy = tmp_path / "zstd"
+    shutil.copytree(zstd.shards_path, copy)
+    r = subprocess.run([str(STREAMING), "-c", READER, str(copy), "train", "valid"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout) == got
+    assert (copy / "train" / "train-00000.mds").exists()
+    assert verify(str(copy))[1] == []
+
+
+def test_compressed_shards_hold_the_same_samples(runs):
+    """``compression: zstd:7``: each shard is one ``.mds.zstd`` file, the zstd frame of the
+    bytes the same run writes uncompressed but for the configuration's ``compression``."""
+    import zstandard
+
+    _, _, with_text, zstd = runs
+    d = zstd.shards_path
+    manifest, problems = verify(d)
+    assert problems == []
+    assert sorted(os.listdir(os.path.join(d, "train"))) == [
+        "index.json", "train-00000.mds.zstd", "train-00001.mds.zstd", "train-00002.mds.zstd"]
+    index = json.load(open(os.path.join(d, "train", "index.json")))
+    plain = json.load(open(os.path.join(with_text.shards_path, "train", "index.json")))
+    for k, (e, p) in enumerate(zip(index["shards"], plain["shards"])):
+        name = f"train-0000{k}"
+        packed = open(os.path.join(d, "train", name + ".mds.zstd"), "rb").read()
+        raw = zstandard.ZstdDecompressor().decompress(packed)
+        before = open(os.path.join(with_text.shards_path, "train", name + ".mds"), "rb").read()
+        # the configuration is sorted JSON in the header, which sizes the offsets before it
+        shift = len(b'"zstd:7"') - len(b"null")
+        head = 4 + 4 * (p["samples"] + 1)
+        offsets = np.frombuffer(before, "<u4", p["samples"] + 1, 4).astype(np.int64) + shift
+        assert raw[4:head] == offsets.astype("<u4").tobytes()
+        assert raw[head:] == before[head:].replace(b'"compression": null',
+                                                   b'"compression": "zstd:7"', 1)
+        assert len(packed) < 0.6 * len(raw)
+        assert e["compression"] == "zstd:7" and p["compression"] is None
+        assert e["zip_data"] == {"basename": name + ".mds.zstd", "bytes": len(packed),
+                                 "hashes": {}}
+        assert e["raw_data"] == {"basename": name + ".mds", "bytes": len(raw), "hashes": {}}
+        assert e["samples"] == p["samples"]
+    plain_manifest = json.load(open(os.path.join(with_text.shards_path, "manifest.json")))
+    assert digests(d, manifest) == digests(with_text.shards_path, plain_manifest)
+    assert MdsReader(os.path.join(d, "train", "train-00001")).text(3) == MdsReader(
+        os.path.join(with_text.shards_path, "train", "train-00001")).text(3)
 
 
 def test_text_is_each_documents_own(runs):
@@ -136,7 +185,7 @@ def test_text_is_each_documents_own(runs):
     Parquet pairs them), and the shards' tokens equal those of the run without text."""
     import pyarrow.parquet as pq
 
-    mds, _, with_text = runs
+    mds, _, with_text, _ = runs
     table = pq.read_table(os.path.join(with_text.output, "data"), columns=["text", "tokens"])
     pairs = {t: tuple(ids) for t, ids in zip(table.column("text").to_pylist(),
                                              table.column("tokens").to_pylist())}
@@ -153,6 +202,19 @@ def test_text_is_each_documents_own(runs):
     assert digests(with_text.shards_path, manifest) == digests(mds.shards_path, plain)
     with pytest.raises(KeyError, match="holds no text"):
         MdsReader(os.path.join(mds.shards_path, plain["shards"][0]["prefix"])).text(0)
+
+
+def test_compression_needs_mds_and_a_zstd_level():
+    from gpupipe.spec import ShardSpec
+
+    with pytest.raises(ValueError, match=r"compression needs a format that compresses its files "
+                                         r"\(mds\); megatron does not"):
+        ShardSpec(num_shards=1, compression="zstd")
+    for bad in ("gzip", "zstd:0", "zstd:23", "zstd:x"):
+        with pytest.raises(ValueError, match=rf"compression '{bad}': zstd or zstd:N with N "
+                                             rf"from 1 to 22"):
+            ShardSpec(num_shards=1, format="mds", compression=bad)
+    assert ShardSpec(num_shards=1, format="mds", compression="zstd:22").compression == "zstd:22"
 
 
 def test_text_needs_mds_and_no_packing():

@@ -42,13 +42,16 @@ class ShardFormat:
     writes_data_args: ClassVar[bool] = False
     #: whether `write` takes ``texts`` (one str per sequence: ``output.shards.text``)
     takes_text: ClassVar[bool] = False
+    #: whether `write` takes ``compression`` (``output.shards.compression``)
+    takes_compression: ClassVar[bool] = False
 
     @classmethod
     def write(cls, prefix: str, tokens: np.ndarray, lengths: np.ndarray, *,
               tokenizer_name: str) -> dict[str, dict]:
         """Write the files of ``prefix`` (``tokens`` in the shard dtype, ``lengths`` per
         sequence); return ``{suffix: {"bytes": ..., "sha256": ...}}`` for the manifest. A
-        format with `takes_text` also gets ``texts=``, one str per sequence."""
+        format with `takes_text` also gets ``texts=``, one str per sequence, and one with
+        `takes_compression` ``compression=`` when it is set."""
         raise NotImplementedError
 
     @classmethod

@@ -2,7 +2,10 @@
 ``index.json`` that ``streaming.StreamingDataset(local=<shards>/<split>)`` reads.
 
 One sequence per sample, in one column ``tokens`` encoded ``ndarray:<dtype>`` (the shard dtype,
-uint16 or int32; a 1-D array of dynamic length), uncompressed. With ``output.shards.text`` a
+uint16 or int32; a 1-D array of dynamic length), uncompressed, or with
+``output.shards.compression: zstd[:level]`` the whole file compressed as MDSWriter does
+(``P.mds.zstd``; the configuration then says ``"compression": "zstd"``, and ``index.json``
+gives both files as ``raw_data`` and ``zip_data``). With ``output.shards.text`` a
 ``text`` column (``str``, UTF-8) comes first, as MDSWriter sorts columns by name. The bytes
 follow streaming 0.13's ``MDSWriter`` exactly (``streaming/base/format/mds``): the sample
 count (uint32), the sample offsets (uint32, from the start of the file), the writer's
@@ -32,20 +35,30 @@ MAX_BYTES = 2**32 - 1
 _SHAPE_DTYPES = ((1 << 8, np.uint8, 0), (1 << 16, np.uint16, 1), (1 << 32, np.uint32, 2))
 
 
-def config(dtype: np.dtype, text: bool = False) -> dict:
+def config(dtype: np.dtype, text: bool = False, compression: str | None = None) -> dict:
     """The writer configuration MDS stores in every shard and index entry (columns sorted by
     name, as MDSWriter sorts them: ``text`` before ``tokens``)."""
     names = ["text", "tokens"] if text else ["tokens"]
     encodings = (["str"] if text else []) + [f"ndarray:{np.dtype(dtype).name}"]
     return {"column_encodings": encodings, "column_names": names,
-            "column_sizes": [None] * len(names), "compression": None, "format": "mds",
+            "column_sizes": [None] * len(names), "compression": compression, "format": "mds",
             "hashes": [], "size_limit": None, "version": 2}
 
 
-def encode_shard(tokens: np.ndarray, lengths: np.ndarray, texts: list[str] | None = None
-                 ) -> bytes:
+def zstd_level(compression: str) -> int:
+    """The level of ``zstd`` (3, streaming's default) or ``zstd:N`` (1 to 22)."""
+    family, _, level = compression.partition(":")
+    if family != "zstd" or (level and not (level.isdigit() and 1 <= int(level) <= 22)):
+        raise ValueError(f"compression {compression!r}: zstd or zstd:N with N from 1 to 22 "
+                         f"(the ones MosaicML Streaming reads that gpupipe writes)")
+    return int(level) if level else 3
+
+
+def encode_shard(tokens: np.ndarray, lengths: np.ndarray, texts: list[str] | None = None,
+                 compression: str | None = None) -> bytes:
     """The bytes of one ``.mds`` file holding one sample per sequence (with ``texts``, each
-    sample's text in a ``text`` column before its tokens)."""
+    sample's text in a ``text`` column before its tokens; ``compression``: what its
+    configuration declares, the bytes are those before compressing)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if (lengths <= 0).any():
         raise ValueError("MDS cannot hold an empty sequence (its ndarray encoding refuses "
@@ -58,7 +71,8 @@ def encode_shard(tokens: np.ndarray, lengths: np.ndarray, texts: list[str] | Non
     sizes = 1 + shape_bytes + lengths * item            # the encoded array
     dynamic = 2 if raw is not None else 1               # a uint32 size per dynamic column
     samples = 4 * dynamic + text_bytes + sizes
-    head = json.dumps(config(tokens.dtype, raw is not None), sort_keys=True).encode("utf-8")
+    head = json.dumps(config(tokens.dtype, raw is not None, compression),
+                      sort_keys=True).encode("utf-8")
     n = len(lengths)
     start = 4 + 4 * (n + 1) + len(head)
     offsets = start + np.concatenate([[0], np.cumsum(samples)])
@@ -95,8 +109,7 @@ class MdsReader:
     """One ``.mds`` file written by gpupipe, read back (`ShardReader`)."""
 
     def __init__(self, prefix: str):
-        with open(prefix + ".mds", "rb") as f:
-            self.data = f.read()
+        self.data = read_shard(prefix)
         try:
             (n,) = np.frombuffer(self.data, "<u4", 1)
             self.offsets = np.frombuffer(self.data, "<u4", int(n) + 1, 4).astype(np.int64)
@@ -139,7 +152,7 @@ class MdsReader:
 
     def verify(self) -> list[str]:
         problems = []
-        if self.config != config(self.dtype, self.has_text):
+        if self.config != config(self.dtype, self.has_text, self.config.get("compression")):
             problems.append(f"configuration {self.config} is not gpupipe's")
         if int(self.offsets[-1]) != len(self.data):
             problems.append(f"the last offset {int(self.offsets[-1]):,} is not the file size "
@@ -152,16 +165,41 @@ class MdsReader:
         return problems
 
 
+def read_shard(prefix: str) -> bytes:
+    """The bytes of shard ``prefix``: ``P.mds``, or ``P.mds.zstd`` decompressed."""
+    if not os.path.exists(prefix + ".mds") and os.path.exists(prefix + ".mds.zstd"):
+        import zstandard
+
+        with open(prefix + ".mds.zstd", "rb") as f:
+            try:
+                return zstandard.ZstdDecompressor().decompress(f.read())
+            except zstandard.ZstdError as e:
+                raise ValueError(f"{prefix}.mds.zstd: not a zstd frame ({e})") from None
+    with open(prefix + ".mds", "rb") as f:
+        return f.read()
+
+
 class MdsFormat(ShardFormat):
     name = "mds"
     manifest_format = "mosaicml-mds-v2"
-    suffixes = (".mds",)
+    suffixes = (".mds", ".mds.zstd")
     reader = MdsReader
     takes_text = True
+    takes_compression = True
 
     @classmethod
-    def write(cls, prefix, tokens, lengths, *, tokenizer_name, texts=None):
-        return {".mds": write_bytes(encode_shard(tokens, lengths, texts), prefix + ".mds")}
+    def write(cls, prefix, tokens, lengths, *, tokenizer_name, texts=None, compression=None):
+        raw = encode_shard(tokens, lengths, texts, compression)
+        if compression is None:
+            return {".mds": write_bytes(raw, prefix + ".mds")}
+        import zstandard
+
+        # one thread and a fixed level: the same bytes on every run (streaming decompresses it
+        # into its cache; index.json names both files)
+        packed = zstandard.ZstdCompressor(level=zstd_level(compression), threads=0,
+                                          write_content_size=True).compress(raw)
+        return {".mds.zstd": {**write_bytes(packed, prefix + ".mds.zstd"),
+                              "raw_bytes": len(raw)}}
 
     @classmethod
     def write_data_args(cls, shards_dir, shards, weights):
@@ -170,11 +208,17 @@ class MdsFormat(ShardFormat):
         by_dir: dict[str, list[dict]] = defaultdict(list)
         for s in shards:
             folder, name = os.path.split(s["prefix"])
-            info = s["files"][".mds"]
+            if ".mds.zstd" in s["files"]:
+                info = s["files"][".mds.zstd"]
+                raw = {"basename": name + ".mds", "bytes": info["raw_bytes"], "hashes": {}}
+                packed = {"basename": name + ".mds.zstd", "bytes": info["bytes"], "hashes": {}}
+            else:
+                raw = {"basename": name + ".mds", "bytes": s["files"][".mds"]["bytes"],
+                       "hashes": {}}
+                packed = None
             by_dir[folder].append({
                 **_config_of(os.path.join(shards_dir, s["prefix"])),
-                "samples": s["sequences"], "zip_data": None,
-                "raw_data": {"basename": name + ".mds", "bytes": info["bytes"], "hashes": {}}})
+                "samples": s["sequences"], "zip_data": packed, "raw_data": raw})
         for folder, entries in by_dir.items():
             write_json({"shards": entries, "version": 2},
                        os.path.join(shards_dir, folder, "index.json"))
@@ -182,7 +226,11 @@ class MdsFormat(ShardFormat):
 
 def _config_of(prefix: str) -> dict:
     """The configuration a written shard declares (after its offsets)."""
-    with open(prefix + ".mds", "rb") as f:
-        n, start = (int(x) for x in np.frombuffer(f.read(8), "<u4"))
-        f.seek(4 + 4 * (n + 1))
-        return json.loads(f.read(start - f.tell()))
+    if os.path.exists(prefix + ".mds"):
+        with open(prefix + ".mds", "rb") as f:
+            n, start = (int(x) for x in np.frombuffer(f.read(8), "<u4"))
+            f.seek(4 + 4 * (n + 1))
+            return json.loads(f.read(start - f.tell()))
+    data = read_shard(prefix)
+    n, start = (int(x) for x in np.frombuffer(data[:8], "<u4"))
+    return json.loads(data[4 + 4 * (n + 1):start])
