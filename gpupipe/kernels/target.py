@@ -122,7 +122,7 @@ class Entry:
         return f"<kernel entry {self.key}>"
 
 
-#: every `Entry`, in definition order (what `gpupipe.kernels.aot.build` compiles)
+#: every `Entry`, in definition order (what `gpupipe.kernels.aot_build.build` compiles)
 ENTRIES: list[Entry] = []
 
 
