@@ -355,6 +355,13 @@ def _warmup_jit(args) -> None:
     if not names:
         raise SpecError(f"--stages {args.stages!r}: none of these stages has CPU kernels; "
                         f"stages with kernels: {', '.join(sorted(_stage_kernels()))}")
+    from gpupipe.kernels import aot
+
+    if aot.state()["kernels"] == "ahead-of-time":
+        print(f"nothing to compile: the ahead-of-time module {aot.state()['module']} serves "
+              f"the CPU kernels in every process (GPUPIPE_AOT=0 gpupipe warmup fills numba's "
+              f"cache instead)")
+        return
     where = numba.config.CACHE_DIR or "the package's __pycache__ directories (numba's per-user "\
         "cache directory where those cannot be written; NUMBA_CACHE_DIR sets another)"
     print(f"compiling {len(names)} CPU kernels into {where}", flush=True)
@@ -364,11 +371,6 @@ def _warmup_jit(args) -> None:
         print(f"  {name:<24} {s:7.2f} s", flush=True)
     print(f"ok: {len(names)} kernels in {time.perf_counter() - t0:.1f} s "
           f"(a second warmup loads them from the cache)")
-    from gpupipe.kernels import aot
-
-    if aot.state()["kernels"] == "ahead-of-time":
-        print(f"(the ahead-of-time module {aot.state()['module']} serves them: nothing was "
-              f"compiled)")
 
 
 def _warmup_aot(args) -> None:

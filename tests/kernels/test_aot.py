@@ -112,6 +112,20 @@ def test_a_module_built_from_other_sources_is_refused_and_numba_compiles(small_m
     assert got["words"] == 93_997
 
 
+def test_warmup_says_the_module_leaves_nothing_to_compile(tmp_path):
+    if aot.state()["kernels"] != "ahead-of-time":
+        pytest.skip(f"the package's ahead-of-time module is not used: {aot.state()['why']}")
+    cache = tmp_path / "cache"
+    r = subprocess.run([BIN, "warmup", "--stages", "length_filter"], capture_output=True,
+                       text=True, timeout=120, cwd=REPO,
+                       env={**os.environ, "NUMBA_CACHE_DIR": str(cache)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (f"nothing to compile: the ahead-of-time module {aot.state()['module']} "
+                        f"serves the CPU kernels in every process (GPUPIPE_AOT=0 gpupipe warmup "
+                        f"fills numba's cache instead)\n")
+    assert _cached(cache) == []
+
+
 def test_warmup_aot_refuses_what_does_not_apply(tmp_path):
     r = subprocess.run([BIN, "warmup", "--aot", "--stages", "length_filter"],
                        capture_output=True, text=True, timeout=120, cwd=REPO)
