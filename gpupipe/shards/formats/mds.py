@@ -21,6 +21,7 @@ before the manifest (the run's commit marker).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections import defaultdict
@@ -165,18 +166,26 @@ class MdsReader:
         return problems
 
 
-def read_shard(prefix: str) -> bytes:
-    """The bytes of shard ``prefix``: ``P.mds``, or ``P.mds.zstd`` decompressed."""
+def _open_shard(prefix: str):
+    """Shard ``prefix`` as a binary file: ``P.mds``, or ``P.mds.zstd`` decompressed as it is
+    read."""
     if not os.path.exists(prefix + ".mds") and os.path.exists(prefix + ".mds.zstd"):
         import zstandard
 
-        with open(prefix + ".mds.zstd", "rb") as f:
-            try:
-                return zstandard.ZstdDecompressor().decompress(f.read())
-            except zstandard.ZstdError as e:
-                raise ValueError(f"{prefix}.mds.zstd: not a zstd frame ({e})") from None
-    with open(prefix + ".mds", "rb") as f:
-        return f.read()
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(
+            open(prefix + ".mds.zstd", "rb"), closefd=True))
+    return open(prefix + ".mds", "rb")
+
+
+def read_shard(prefix: str) -> bytes:
+    """The bytes of shard ``prefix``: ``P.mds``, or ``P.mds.zstd`` decompressed."""
+    import zstandard
+
+    try:
+        with _open_shard(prefix) as f:
+            return f.read()
+    except zstandard.ZstdError as e:
+        raise ValueError(f"{prefix}.mds.zstd: not a zstd frame ({e})") from None
 
 
 class MdsFormat(ShardFormat):
@@ -225,12 +234,9 @@ class MdsFormat(ShardFormat):
 
 
 def _config_of(prefix: str) -> dict:
-    """The configuration a written shard declares (after its offsets)."""
-    if os.path.exists(prefix + ".mds"):
-        with open(prefix + ".mds", "rb") as f:
-            n, start = (int(x) for x in np.frombuffer(f.read(8), "<u4"))
-            f.seek(4 + 4 * (n + 1))
-            return json.loads(f.read(start - f.tell()))
-    data = read_shard(prefix)
-    n, start = (int(x) for x in np.frombuffer(data[:8], "<u4"))
-    return json.loads(data[4 + 4 * (n + 1):start])
+    """The configuration a written shard declares (after its offsets), read from its head
+    (decompressing only that much of a ``.mds.zstd``)."""
+    with _open_shard(prefix) as f:
+        n, start = (int(x) for x in np.frombuffer(f.read(8), "<u4"))
+        f.read(4 * n)   # the other offsets
+        return json.loads(f.read(start - 4 - 4 * (n + 1)))
