@@ -357,8 +357,9 @@ def _warmup_jit(args) -> None:
                         f"stages with kernels: {', '.join(sorted(_stage_kernels()))}")
     from gpupipe.kernels import aot
 
-    if aot.state()["kernels"] == "ahead-of-time":
-        print(f"nothing to compile: the ahead-of-time module {aot.state()['module']} serves "
+    state = aot.state()
+    if state["kernels"] == "ahead-of-time":
+        print(f"nothing to compile: the ahead-of-time module {state['module']} serves "
               f"the CPU kernels in every process (GPUPIPE_AOT=0 gpupipe warmup fills numba's "
               f"cache instead)")
         return
