@@ -14,12 +14,15 @@ Each figure is the median of ``--repeat`` runs, each in a new process:
   Megatron shards;
 * ``run_spawn``: the same pipeline with ``cluster.start_method: spawn`` (each worker a new
   interpreter, how gpupipe started its workers before);
+* ``run_server``: the same default run, sent to a warm ``gpupipe server`` (started once,
+  untimed, on a socket of this script's own, and stopped at the end);
 * ``bare_dask_spawn``: the unavoidable work of the old way, in a new process: import
   distributed, start a ``LocalCluster`` of the same workers, run one task, close it;
 * ``python``: ``python -c pass``.
 
-Ratios: spawn / forkserver (what the change gives), and forkserver / bare Dask (what gpupipe
-costs on top of a bare cluster of spawned workers).
+Ratios: spawn / forkserver (what the change gives), forkserver / server (what a warm server
+gives), and forkserver / bare Dask (what gpupipe costs on top of a bare cluster of spawned
+workers).
 """
 
 from __future__ import annotations
@@ -102,10 +105,26 @@ def main() -> None:
 
             once()  # numba's cache, the tokenizer verdict
             out[f"run_{method}"] = median_of(args.repeat, once)
+            if method == "forkserver":
+                env = {**os.environ, "GPUPIPE_SERVER": "",
+                       "GPUPIPE_SERVER_SOCKET": str(tmp / "server" / "s.sock")}
+                subprocess.run([gpupipe, "server", "start"], check=True, env=env,
+                               stdout=subprocess.DEVNULL)
+                try:
+                    def served(path=path, run_out=run_out, env=env):
+                        shutil.rmtree(run_out, ignore_errors=True)
+                        return timed([gpupipe, "run", str(path)], env=env)
+
+                    served()
+                    out["run_server"] = median_of(args.repeat, served)
+                finally:
+                    subprocess.run([gpupipe, "server", "stop"], env=env,
+                                   stdout=subprocess.DEVNULL)
         bare = tmp / "bare.py"
         bare.write_text(BARE.format(workers=args.workers))
         out["bare_dask_spawn"] = median_of(args.repeat, lambda: timed([sys.executable, str(bare)]))
         out["ratio_spawn_over_forkserver"] = round(out["run_spawn"] / out["run_forkserver"], 2)
+        out["ratio_forkserver_over_server"] = round(out["run_forkserver"] / out["run_server"], 2)
         out["ratio_forkserver_over_bare_dask"] = round(
             out["run_forkserver"] / out["bare_dask_spawn"], 2)
         out.update(workers=args.workers, repeat=args.repeat, cpus=os.cpu_count())

@@ -177,6 +177,65 @@ def _type_name(prop: dict) -> str:
     return name
 
 
+def cmd_server(args) -> int:
+    import subprocess
+
+    from gpupipe import server
+
+    sock = os.path.abspath(args.socket) if args.socket else server.socket_path()
+    if args.action == "status" or (args.action == "start" and not args.foreground):
+        info = server.request({"op": "ping"}, sock)
+        if info is not None:
+            print(f"gpupipe server {info['pid']} at {sock}: up "
+                  f"{time.time() - info['started']:.0f} s, {info['served']} command(s) served, "
+                  f"{info['running']} running")
+            return 0
+        if args.action == "status":
+            print(f"no gpupipe server at {sock}")
+            return 3
+    if args.action == "stop":
+        info = server.request({"op": "stop"}, sock)
+        if info is None:
+            print(f"no gpupipe server at {sock}")
+            return 0
+        end = time.monotonic() + args.wait
+        while os.path.exists(sock) and time.monotonic() < end:
+            time.sleep(0.05)
+        running = f", after the {info['running']} command(s) running" if info["running"] else ""
+        if os.path.exists(sock):
+            print(f"gpupipe server {info['pid']} stops{running}")
+        else:
+            print(f"gpupipe server {info['pid']} stopped ({info['served']} command(s) served)")
+        return 0
+    if args.foreground:
+        server.preload()
+        return server.serve(main, sock, args.idle_timeout)
+    # start: the same command in the foreground, in a session of its own, logging to a file
+    os.makedirs(os.path.dirname(sock), mode=0o700, exist_ok=True)
+    log_file = server.log_path(sock)
+    cmd = [sys.executable, "-m", "gpupipe.cli", "server", "start", "--foreground",
+           "--socket", sock, "--idle-timeout", str(args.idle_timeout)]
+    t0 = time.monotonic()
+    with open(log_file, "ab") as log_f:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_f, stderr=log_f,
+                                cwd=os.path.dirname(sock), start_new_session=True)
+    while server.request({"op": "ping"}, sock) is None:
+        if proc.poll() is not None or time.monotonic() - t0 > args.wait:
+            with open(log_file, encoding="utf-8", errors="replace") as f:
+                tail = f.read()[-2000:]
+            if proc.poll() is None:
+                proc.terminate()
+            print(f"error: the gpupipe server did not start (see {log_file}):\n{tail}",
+                  file=sys.stderr)
+            return 1
+        time.sleep(0.05)
+    idle = f"{args.idle_timeout:g} s idle" if args.idle_timeout > 0 else "never idle"
+    print(f"gpupipe server {proc.pid} started in {time.monotonic() - t0:.1f} s at {sock} "
+          f"(log {log_file}); gpupipe commands in this environment now run in it. It stops "
+          f"after {idle}, or on `gpupipe server stop`.")
+    return 0
+
+
 def cmd_report(args) -> int:
     from gpupipe.report import write_report
 
@@ -616,6 +675,22 @@ def build_parser() -> argparse.ArgumentParser:
                                  "directory, or GPUPIPE_AOT_DIR, which runs read it from)")
     p.set_defaults(func=cmd_warmup)
 
+    p = sub.add_parser("server", help="a warm process that runs gpupipe commands without "
+                       "starting Python and the worker processes' imports anew (start | stop "
+                       "| status)")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument("--idle-timeout", type=float, default=3600, metavar="SECONDS",
+                   help="start: stop after this long without a command (default 3600; 0: "
+                        "never)")
+    p.add_argument("--socket", help="its Unix socket (default: $GPUPIPE_SERVER_SOCKET, else one "
+                                    "per Python environment; the commands find it the same way)")
+    p.add_argument("--foreground", action="store_true",
+                   help="start: serve in this process (for a service manager) instead of in "
+                        "the background")
+    p.add_argument("--wait", type=float, default=60, metavar="SECONDS",
+                   help="start / stop: how long to wait for it (default 60)")
+    p.set_defaults(func=cmd_server)
+
     p = sub.add_parser("report", help="(re)build <run>/report.html from a run directory")
     p.add_argument("run_dir", help="the run directory (holding run.json)")
     p.set_defaults(func=cmd_report)
@@ -662,13 +737,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The ``gpupipe`` command: `main`, then an exit that skips the cyclic garbage collector's
+    """The ``gpupipe`` command: in the warm server if one serves this environment
+    (`gpupipe.server`), else `main`; then an exit that skips the cyclic garbage collector's
     passes over everything the command imported (numpy, pandas, pyarrow, distributed: about
     0.4 s of a small run on 2 cores, freeing memory the process is about to return anyway).
     atexit handlers, module finalizers and file closing run as usual."""
     import gc
 
-    code = main()
+    from gpupipe import server
+
+    code = server.forward(sys.argv[1:])   # a warm server runs it (`gpupipe server start`)
+    if code is None:
+        code = main()
     gc.disable()
     gc.freeze()
     sys.exit(code)

@@ -13,6 +13,9 @@ REPO = Path(__file__).resolve().parent.parent
 # run by .venv-triton's Python (pytriton needs numpy < 2), never imported by the suite
 collect_ignore = ["triton_server.py"]
 SAMPLE = REPO / "data" / "sample"
+# a `gpupipe server` of the developer's never runs the suite's commands (tests/test_server.py
+# starts servers of its own)
+os.environ["GPUPIPE_SERVER"] = "off"
 
 
 @pytest.fixture(scope="session")

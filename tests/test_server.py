@@ -1,0 +1,208 @@
+"""`gpupipe server`: a real server process on a socket of the test's own, driven by the real
+``gpupipe`` command in subprocesses, and stopped by its pid (its session) also on failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpupipe import server
+from tests.conftest import REPO
+
+GPUPIPE = os.path.join(os.path.dirname(sys.executable), "gpupipe")
+
+pytestmark = pytest.mark.xdist_group("server")
+
+PIPELINE = """version: 1
+name: served
+input: {{format: jsonl, path: {src}, id_column: id}}
+cluster: {{kind: local, workers: 2}}
+stages:
+  - stage: length_filter
+    min_words: 5
+  - stage: tokenize
+    tokenizer: {tok}
+output:
+  path: {out}
+  shards: {{num_shards: 1}}
+"""
+
+
+class Server:
+    def __init__(self, root: Path, env: dict):
+        self.sock = root / "s" / "gpupipe.sock"
+        self.env = {**env, "GPUPIPE_SERVER": "", "GPUPIPE_SERVER_SOCKET": str(self.sock)}
+        self.pid: int | None = None
+
+    def gpupipe(self, *args, env=None, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run([GPUPIPE, *args], capture_output=True, text=True, timeout=300,
+                              env={**self.env, **(env or {})}, **kw)
+
+    def status(self) -> dict | None:
+        return server.request({"op": "ping"}, str(self.sock))
+
+    def start(self, *args) -> None:
+        r = self.gpupipe("server", "start", *args)
+        assert r.returncode == 0, r.stderr
+        assert "started in" in r.stdout and str(self.sock) in r.stdout
+        self.pid = self.status()["pid"]
+
+    def wait_gone(self, timeout: float) -> float:
+        t0 = time.monotonic()
+        while self.sock.exists() or _alive(self.pid):
+            assert time.monotonic() - t0 < timeout, "the server is still there"
+            time.sleep(0.05)
+        return time.monotonic() - t0
+
+    def kill(self) -> None:
+        if self.pid and _alive(self.pid):   # its session: the server, its forkserver, runs
+            os.killpg(self.pid, signal.SIGKILL)
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:   # a zombie is gone for our purpose
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+def srv(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    s = Server(tmp_path, env)
+    try:
+        yield s
+    finally:
+        s.kill()
+
+
+@pytest.fixture
+def one_doc(tmp_path) -> Path:
+    src = tmp_path / "one.jsonl"
+    src.write_text(json.dumps({"id": "a", "text": "The quick brown fox jumps over the lazy dog "
+                               "and runs far away into the forest."}) + "\n")
+    p = tmp_path / "p.yaml"
+    p.write_text(PIPELINE.format(src=src, tok=REPO / "data" / "tokenizer.json",
+                                 out=tmp_path / "out"))
+    return p
+
+
+def _bytes(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes()
+            for d in ("data", "shards") for p in sorted((run / d).rglob("*"))
+            if p.is_file() and p.suffix not in (".txt", ".json")}
+
+
+def test_a_served_run_gives_the_bytes_of_a_run_without_it(srv, one_doc, tmp_path):
+    srv.start()
+    assert srv.status()["served"] == 0
+    served, direct = tmp_path / "served", tmp_path / "direct"
+    r = srv.gpupipe("run", str(one_doc), "-o", str(served))
+    assert r.returncode == 0, r.stderr
+    assert "records in 1 = kept 1 + dropped 0 + rejected 0" in r.stdout   # the client's stdout
+    assert "INFO [0] read → length_filter → tokenize: 1 task(s)" in r.stderr
+    assert srv.status()["served"] == 1
+    r = srv.gpupipe("run", str(one_doc), "-o", str(direct), env={"GPUPIPE_SERVER": "off"})
+    assert r.returncode == 0, r.stderr
+    assert srv.status()["served"] == 1
+    assert _bytes(served) == _bytes(direct) and len(_bytes(served)) == 4
+    summary = json.loads((served / "run.json").read_text())
+    assert summary["status"] == "complete" and summary["accounting"]["docs_out"] == 1
+    # the exit code and the error of a failing command come back; a second start says so
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nstages: []\n")
+    r = srv.gpupipe("validate", str(bad))
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith(f"error: {bad}: invalid pipeline") and "Traceback" not in r.stderr
+    assert srv.status()["served"] == 2
+    r = srv.gpupipe("server", "start")
+    assert r.returncode == 0 and r.stdout.startswith(f"gpupipe server {srv.pid} at {srv.sock}")
+    r = srv.gpupipe("server", "stop")
+    assert r.returncode == 0 and f"gpupipe server {srv.pid} stopped (2 command(s) served)" in r.stdout
+    srv.wait_gone(10)
+    assert srv.gpupipe("server", "status").returncode == 3
+
+
+def test_a_command_in_another_environment_runs_without_it(srv, one_doc, tmp_path):
+    srv.start()
+    r = srv.gpupipe("validate", str(one_doc), env={"DASK_DISTRIBUTED__COMM__RETRY__COUNT": "7"})
+    assert r.returncode == 0 and r.stdout.endswith("valid — 2 stage(s): length_filter, tokenize\n")
+    assert r.stderr == ("gpupipe: not using the server (the environment differs in "
+                        "DASK_DISTRIBUTED__COMM__RETRY__COUNT, which is read at import; "
+                        "`gpupipe server stop` and start it again in this environment); "
+                        "running the command here\n")
+    assert srv.status()["served"] == 0
+    # a variable no import reads reaches the command as it would a new process
+    r = srv.gpupipe("validate", str(one_doc), env={"SOME_TOKEN": "x"})
+    assert r.returncode == 0 and r.stderr == "" and srv.status()["served"] == 1
+
+
+def test_code_changed_since_it_started_is_refused_and_stops_it(srv, one_doc, tmp_path):
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    srv.env["PYTHONPATH"] = str(extra)
+    srv.start()
+    assert srv.gpupipe("validate", str(one_doc)).stderr == ""
+    (extra / "new_module.py").write_text("")   # as `pip install` changes site-packages
+    r = srv.gpupipe("validate", str(one_doc))
+    assert r.returncode == 0 and "valid" in r.stdout
+    assert r.stderr == (f"gpupipe: not using the server ({extra} changed since the server "
+                        f"started; it stops now, `gpupipe server start` starts it again); "
+                        f"running the command here\n")
+    srv.wait_gone(10)
+    assert "stopped (its code changed; 1 command(s) served)" in (
+        srv.sock.parent / "gpupipe.log").read_text()
+
+
+def _until(path: Path, text: str, proc, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while text not in (path.read_text() if path.exists() else ""):
+        assert proc.poll() is None, path.read_text()
+        assert time.monotonic() < end, path.read_text()
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "client-killed"])
+def test_interrupting_the_client_stops_the_served_command(srv, tmp_path, how):
+    srv.start()
+    err = tmp_path / "err"
+    with open(err, "w") as f:
+        proc = subprocess.Popen([GPUPIPE, "run", "pipelines/english_web.yaml", "-o",
+                                 str(tmp_path / "run")], stdout=subprocess.DEVNULL, stderr=f,
+                                env=srv.env, cwd=REPO)
+    try:
+        _until(err, "starting a local Dask cluster", proc)
+        assert srv.status()["running"] == 1
+        if how == "ctrl-c":
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(60) == 130
+            assert err.read_text().endswith(
+                "interrupted — run the same command again to resume\n")
+        else:
+            proc.kill()
+            proc.wait(10)
+        end = time.monotonic() + 30
+        while srv.status()["running"]:
+            assert time.monotonic() < end, "the served command still runs"
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_it_stops_when_idle(srv):
+    srv.start("--idle-timeout", "1")
+    assert 0 < srv.wait_gone(15) < 10
+    assert "stopped (idle for 1 s; 0 command(s) served)" in (
+        srv.sock.parent / "gpupipe.log").read_text()
