@@ -219,7 +219,7 @@ def cmd_server(args) -> int:
     with open(log_file, "ab") as log_f:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_f, stderr=log_f,
                                 cwd=os.path.dirname(sock), start_new_session=True)
-    while server.request({"op": "ping"}, sock) is None:
+    while (info := server.request({"op": "ping"}, sock)) is None:
         if proc.poll() is not None or time.monotonic() - t0 > args.wait:
             with open(log_file, encoding="utf-8", errors="replace") as f:
                 tail = f.read()[-2000:]
@@ -229,6 +229,9 @@ def cmd_server(args) -> int:
                   file=sys.stderr)
             return 1
         time.sleep(0.05)
+    if info["pid"] != proc.pid:   # another start won the race; ours gave way
+        print(f"gpupipe server {info['pid']} at {sock}: already running")
+        return 0
     idle = f"{args.idle_timeout:g} s idle" if args.idle_timeout > 0 else "never idle"
     print(f"gpupipe server {proc.pid} started in {time.monotonic() - t0:.1f} s at {sock} "
           f"(log {log_file}); gpupipe commands in this environment now run in it. It stops "
@@ -712,6 +715,8 @@ def _configure_logging(verbose: bool) -> None:
 
     # distributed installs its own handlers at import, from this config: keep it quiet unless -v
     dask.config.set({"logging.distributed": "info" if verbose else "error"})
+    if "distributed" in sys.modules:   # imported already (the warm server): set it directly
+        logging.getLogger("distributed").setLevel(logging.INFO if verbose else logging.ERROR)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
     log = logging.getLogger("gpupipe")

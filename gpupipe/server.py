@@ -8,24 +8,32 @@ started the worker forkserver, listening on a Unix socket. ``gpupipe COMMAND ...
 it instead of starting Python anew, the way a shell forks itself:
 
 * the client (`forward`, the first thing the ``gpupipe`` command does; standard library only)
-  sends its arguments, working directory and environment over the socket, and its standard
-  input, output and error as file descriptors (``SCM_RIGHTS``);
-* the server forks a child that takes those descriptors as its own 0, 1 and 2, the client's
-  directory, environment and ``sys.argv``, and runs the command as a new process would. The
-  terminal, progress bars, exit code and Ctrl-C (the client forwards SIGINT, SIGTERM and SIGHUP
-  to the child) are those of the command the user typed;
-* the server waits for the child and sends its exit status back.
+  sends its arguments, working directory, environment and umask over the socket, and its
+  standard input, output and error as file descriptors (``SCM_RIGHTS``);
+* the server forks a child and tells the client its pid; the child starts only when the
+  client answers go, so a client that gave up waiting (and runs the command itself) never
+  leaves a second copy running. It takes the client's descriptors as its own 0, 1 and 2, the
+  client's directory, environment, umask and ``sys.argv``, and runs the command as a new
+  process would. The terminal, progress bars, exit code and signals (the client relays
+  SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH and SIGCONT; Ctrl-Z stops the command and then
+  the client, as a shell job) are those of the command the user typed;
+* the server waits for the child and sends back how it ended: its exit code, or the signal
+  that killed it, which then ends the client the same way. A command dies with the server
+  (``PR_SET_PDEATHSIG``), and a client whose server died stops the command.
 
 The server refuses a request, and the client runs the command itself as before (saying why,
 once per command), when what the server imported could differ from what the command would
 import: another ``sys.path``, an environment that differs in a variable read at import
-(`IMPORT_ENV`: ``DASK_*``, ``NUMBA_*``, ``PYTHON*``, ``GPUPIPE_*``, ...), or files of
-gpupipe or of any package directory on ``sys.path`` changed since it started (an edit, a
-``pip install``: the server then also stops). Only the same user may connect (the socket's
-directory is private, and the server checks the peer's uid).
+(`IMPORT_ENV`: ``DASK_*``, ``NUMBA_*``, ``PYTHON*``, ``GPUPIPE_*``, ...), other process
+settings (resource limits, CPU affinity, cgroup, nice value, interpreter flags:
+`process_settings`), or a changed file: of gpupipe, of any module the server imported, of
+dask's configuration, or a package directory on ``sys.path`` (an edit, a ``pip install``: the
+server then also stops). Only the same user may connect: the socket's directory is private,
+and each side checks the other's uid.
 
 The server ends after ``--idle-timeout`` seconds without a command (default one hour), on
-``gpupipe server stop``, or on SIGTERM; a run under way finishes first.
+``gpupipe server stop``, or on SIGTERM; a run under way finishes first. One server runs per
+socket (a lock file beside it).
 """
 
 from __future__ import annotations
@@ -54,8 +62,11 @@ IMPORT_ENV = ("PYTHON", "DASK_", "NUMBA_", "GPUPIPE_", "OMP_", "MKL_", "OPENBLAS
               "VECLIB_", "NUMEXPR_", "ARROW_", "MALLOC_", "LD_", "TZ", "LANG", "LC_", "HOME",
               "XDG_", "CUDA_", "RMM_", "UCX_", "CUDF_", "LIBCUDF_", "KVIKIO_", "TOKENIZERS_",
               "HF_", "RAPIDS_")
+#: the served command's pid, whose umask and output its local workers take
+#: (`gpupipe.runner.worker_inherit`)
+ENV_STDIO = "GPUPIPE_STDIO_OF"
 #: ... except these, which concern the client and the server themselves
-_NOT_IMPORT_ENV = (ENV_SWITCH, ENV_SOCKET)
+_NOT_IMPORT_ENV = (ENV_SWITCH, ENV_SOCKET, ENV_STDIO)
 
 #: the command the server is never asked to run (it manages the server itself)
 _OWN_COMMAND = "server"
@@ -145,61 +156,165 @@ def _connect(sock: str, timeout: float = 5.0) -> socket.socket | None:
     return conn
 
 
+def _peer_uid(conn: socket.socket) -> int | None:
+    """The uid of the process at the other end (Linux), or None where it cannot be asked."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                               struct.calcsize("3i")))[1]
+
+
+def process_settings() -> dict:
+    """What a process inherits besides its environment that the libraries the server imported
+    read when they were imported, or that a command must have as its own: resource limits
+    (distributed's memory limit), the CPUs it may run on (dask's CPU count), its cgroup (a
+    Slurm job's), its nice value, and the interpreter's flags. A command whose settings
+    differ from the server's runs without it."""
+    import resource
+
+    limits, seen = {}, set()
+    for name in sorted(n for n in dir(resource) if n.startswith("RLIMIT_")):
+        if getattr(resource, name) in seen:   # an alias (RLIMIT_OFILE is RLIMIT_NOFILE)
+            continue
+        seen.add(getattr(resource, name))
+        with contextlib.suppress(ValueError, OSError):
+            limits[name] = list(resource.getrlimit(getattr(resource, name)))
+    out: dict = {"rlimits": limits, "flags": list(sys.flags), "warnoptions": sys.warnoptions,
+                 "xoptions": {k: str(v) for k, v in sys._xoptions.items()}}
+    with contextlib.suppress(AttributeError, OSError):
+        out["affinity"] = sorted(os.sched_getaffinity(0))
+    with contextlib.suppress(AttributeError, OSError):
+        out["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
+    with contextlib.suppress(OSError), open("/proc/self/cgroup") as f:
+        out["cgroup"] = f.read()
+    return out
+
+
+#: what the client relays to the command (Ctrl-Z, SIGTSTP, is handled apart: `_wait`)
+RELAYED = tuple(getattr(signal, name) for name in (
+    "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGWINCH", "SIGCONT", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, name))
+
+
 def forward(argv: list[str]) -> int | None:
     """Run ``gpupipe argv`` in the server, if one serves this environment: its exit code, or
-    None when the command is to run here (no server, or it refused, saying why on stderr)."""
+    None when the command is to run here (no server, or it refused, saying why on stderr).
+
+    The server forks the command's process at once but lets it start only when the client
+    says go, after it learnt the pid: a client that gave up waiting (and runs the command
+    itself) or was interrupted never leaves a second copy running in the server."""
     if _disabled() or _OWN_COMMAND in argv[:2] or not argv:
         return None
-    conn = _connect(socket_path())
+    present = []
+    for fd in (0, 1, 2):   # before the socket takes the number of a closed one
+        try:
+            os.fstat(fd)
+            present.append(True)
+        except OSError:   # a closed descriptor: the child gets /dev/null there
+            present.append(False)
+    try:
+        cwd = os.getcwd()
+    except OSError:   # a directory removed under the shell: the command itself says so
+        return None
+    sock = socket_path()
+    conn = _connect(sock)
     if conn is None:
         return None
     with conn:
-        fds = []
-        for fd in (0, 1, 2):
-            try:
-                os.fstat(fd)
-                fds.append(fd)
-            except OSError:   # a closed descriptor: the child gets /dev/null there
-                fds.append(-1)
+        uid = _peer_uid(conn)
+        if uid is not None and uid != os.getuid():
+            print(f"gpupipe: not using the server at {sock}: it runs as uid {uid}; running "
+                  f"the command here", file=sys.stderr)
+            return None
+        mask = os.umask(0o022)
+        os.umask(mask)
         request = {"argv": list(argv), "argv0": sys.argv[0] if sys.argv else "gpupipe",
-                   "cwd": os.getcwd(), "env": dict(os.environ), "sys_path": list(sys.path),
-                   "executable": sys.executable, "fds": [fd >= 0 for fd in fds]}
+                   "cwd": cwd, "env": dict(os.environ), "sys_path": list(sys.path),
+                   "executable": sys.executable, "fds": present, "umask": mask,
+                   "settings": process_settings()}
         try:
-            _send(conn, request, [fd for fd in fds if fd >= 0])
+            _send(conn, request, [fd for fd, ok in zip((0, 1, 2), present) if ok])
             reply = _recv(conn)
         except KeyboardInterrupt:
-            return 130
+            return 130   # nothing runs: the command starts only on our go
         except (OSError, EOFError, ValueError) as e:
-            print(f"gpupipe: the server at {socket_path()} did not answer ({e}); running the "
+            print(f"gpupipe: the server at {sock} did not answer ({e}); running the "
                   f"command here", file=sys.stderr)
             return None
         if "refused" in reply:
             print(f"gpupipe: not using the server ({reply['refused']}); running the command "
                   f"here", file=sys.stderr)
             return None
-        return _wait(conn, int(reply["pid"]))
+        child = int(reply["pid"])
+        _relay_to(child)
+        try:
+            _send(conn, {"go": True})
+        except OSError as e:   # the server went away before the command started
+            _relay_to(None)
+            print(f"gpupipe: the server at {sock} went away ({e}); running the command here",
+                  file=sys.stderr)
+            return None
+        return _wait(conn, child)
 
 
-def _wait(conn: socket.socket, child: int) -> int:
-    """Forward signals to the child until the server reports how it ended."""
+def _relay_to(child: int | None) -> None:
+    """Signals the client gets go to the command's process ``child`` (None: as before).
+    Ctrl-Z stops the command, then the client, as a shell job; ``fg`` or ``bg`` resumes
+    both."""
     def relay(signum, _frame):
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signum)
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, relay)
+    def suspend(_signum, _frame):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGSTOP)   # SIGTSTP: its process group is orphaned
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)   # stops here until SIGCONT
+        signal.signal(signal.SIGTSTP, suspend)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGCONT)
+
+    for sig in RELAYED:
+        if child is not None:
+            signal.signal(sig, relay)
+        else:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else
+                          signal.SIG_DFL)
+    if hasattr(signal, "SIGTSTP"):
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL if child is None else suspend)
+
+
+def _wait(conn: socket.socket, child: int) -> int:
+    """Relay signals to the child until the server reports how it ended; a command killed by
+    a signal ends the client by the same signal, as the shell would see it without the
+    server."""
     conn.settimeout(None)
-    while True:
-        try:
-            reply = _recv(conn)
-            break
-        except InterruptedError:  # pragma: no cover - PEP 475 retries these
-            continue
-        except (OSError, EOFError, ValueError):
-            print("gpupipe: the server ended while it ran the command; its exit status is "
-                  "unknown", file=sys.stderr)
-            return 1
-    return int(reply["exit"])
+    try:
+        reply = _recv(conn)
+    except (OSError, EOFError, ValueError):
+        _relay_to(None)
+        stopped = _end(child)
+        print(f"gpupipe: the server ended while it ran the command; the command "
+              f"{'was stopped' if stopped else f'(pid {child}) still runs'}", file=sys.stderr)
+        return 1
+    _relay_to(None)
+    code, sig = int(reply["exit"]), reply.get("signal")
+    if sig:
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    return code
+
+
+def _end(pid: int, timeout: float = 10.0) -> bool:
+    """SIGTERM ``pid`` and wait until it is gone; False when it outlives ``timeout``."""
+    end = time.monotonic() + timeout
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        while time.monotonic() < end:
+            os.kill(pid, 0)
+            time.sleep(0.02)
+        return False
+    return True
 
 
 def request(message: dict, sock: str | None = None, timeout: float = 5.0) -> dict | None:
@@ -218,19 +333,26 @@ def request(message: dict, sock: str | None = None, timeout: float = 5.0) -> dic
 
 # --- what the server checks before it forks ---------------------------------------------------
 
-def _code_stamp() -> dict[str, tuple[int, int]]:
-    """(mtime, size) of every file of gpupipe, and the mtime of every directory on sys.path
-    (an install or removal in site-packages changes it)."""
+def _code_stamp(files: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
+    """(mtime, size) of every file of gpupipe and of ``files`` (the modules the server
+    imported, dask's configuration files), and the mtime of every directory on sys.path (an
+    install or removal in site-packages changes it)."""
     out: dict[str, tuple[int, int]] = {}
     root = _package_dir()
-    for d, dirs, files in os.walk(root):
+    for d, dirs, names in os.walk(root):
         dirs[:] = [x for x in dirs if x != "__pycache__"]
-        for f in files:
+        for f in names:
             if f.endswith((".py", ".so", ".index")):
                 p = os.path.join(d, f)
                 with contextlib.suppress(OSError):
                     st = os.stat(p)
                     out[p] = (st.st_mtime_ns, st.st_size)
+    for p in files:
+        try:
+            st = os.stat(p)
+            out[p] = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            out[p] = (-1, -1)   # gone
     for p in sys.path[1:]:   # [0]: the script's directory (the server's: the socket's)
         if p and os.path.isdir(p) and not p.startswith(root):
             with contextlib.suppress(OSError):
@@ -238,13 +360,31 @@ def _code_stamp() -> dict[str, tuple[int, int]]:
     return out
 
 
+def _loaded_files() -> tuple[str, ...]:
+    """The files of every module imported, and dask's configuration directories and files
+    (read at import: ``~/.config/dask``, ``/etc/dask``, ``$DASK_CONFIG``)."""
+    files = {m.__file__ for m in list(sys.modules.values())
+             if isinstance(getattr(m, "__file__", None), str)}
+    with contextlib.suppress(ImportError, AttributeError):
+        import dask.config
+
+        for d in dask.config.paths:
+            if os.path.isdir(d):
+                files.add(d)
+                files.update(os.path.join(d, f) for f in os.listdir(d)
+                             if f.endswith((".yaml", ".yml", ".json")))
+    return tuple(sorted(f for f in files if os.path.exists(f)))
+
+
 def _import_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items()
             if k.startswith(IMPORT_ENV) and not k.startswith(_NOT_IMPORT_ENV)}
 
 
-def why_not(req: dict, env: dict[str, str], stamp: dict) -> str | None:
-    """Why the server must not run ``req``, or None."""
+def why_not(req: dict, env: dict[str, str], stamp: dict, settings: dict | None = None,
+            files: tuple[str, ...] = ()) -> str | None:
+    """Why a server started in ``env`` with ``settings`` (`process_settings`), whose code was
+    ``stamp`` (`_code_stamp` of ``files``), must not run ``req``; None when it may."""
     if req.get("executable") != sys.executable:
         return f"it runs {sys.executable}, the command {req.get('executable')}"
     if (req.get("sys_path") or [None])[1:] != sys.path[1:]:   # [0]: the script's directory
@@ -255,7 +395,17 @@ def why_not(req: dict, env: dict[str, str], stamp: dict) -> str | None:
         return (f"the environment differs in {', '.join(differ[:5])}"
                 f"{' ...' if len(differ) > 5 else ''}, which is read at import; "
                 f"`gpupipe server stop` and start it again in this environment")
-    now = _code_stamp()
+    mine, theirs = settings or process_settings(), req.get("settings") or {}
+    differ = sorted(k for k in set(mine) | set(theirs) if k != "rlimits" and
+                    mine.get(k) != theirs.get(k))
+    limits = mine.get("rlimits", {}), theirs.get("rlimits", {})
+    differ += sorted(k for k in set(limits[0]) | set(limits[1])
+                     if limits[0].get(k) != limits[1].get(k))
+    if differ:
+        return (f"the process settings differ ({', '.join(differ[:5])}"
+                f"{' ...' if len(differ) > 5 else ''}); `gpupipe server stop` and start it "
+                f"again from this shell")
+    now = _code_stamp(files)
     changed = sorted(k for k in set(now) | set(stamp) if now.get(k) != stamp.get(k))
     if changed:
         return (f"{changed[0]}{f' and {len(changed) - 1} more' if len(changed) > 1 else ''} "
@@ -320,19 +470,27 @@ class _Server:
         self.pid = os.getpid()
         self.started = time.time()
         self.env = dict(os.environ)
-        self.stamp = _code_stamp()
+        self.settings = process_settings()
+        self.files = _loaded_files()
+        self.stamp = _code_stamp(self.files)
         self.children: dict[int, socket.socket] = {}  # child pid -> its client's connection
+        self.waiting: dict[int, int] = {}   # child pid -> the pipe its go is written to
         self.served = 0
         self.stopping: str | None = None
 
     def _listen(self) -> socket.socket:
-        d = os.path.dirname(self.sock)
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        os.chmod(d, 0o700)
-        if os.path.exists(self.sock):
-            if request({"op": "ping"}, self.sock) is not None:
-                raise SystemExit(f"a gpupipe server already listens at {self.sock}")
-            os.unlink(self.sock)
+        import fcntl
+
+        # the directory is created private; one the user chose is left as it is
+        os.makedirs(os.path.dirname(self.sock), mode=0o700, exist_ok=True)
+        # one server per socket: the lock is held for the server's life (never by a child)
+        self.lock = os.open(self.sock + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise SystemExit(f"a gpupipe server already runs at {self.sock}") from None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.sock)   # left by a server that was killed
         lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         lsock.bind(self.sock)
         os.chmod(self.sock, 0o600)
@@ -369,8 +527,8 @@ class _Server:
                     elif key.data == "wake":
                         with contextlib.suppress(BlockingIOError):
                             os.read(wake_r, 512)
-                    else:   # a client's connection: readable means it closed (or died)
-                        self._client_gone(key.fileobj, key.data, sel)
+                    else:   # a client's go, or its connection closed (it died)
+                        self._from_client(key.fileobj, key.data, sel)
                 self._reap(sel)
                 if self.children:
                     last = time.monotonic()
@@ -382,6 +540,7 @@ class _Server:
                 lsock.close()
                 with contextlib.suppress(OSError):
                     os.unlink(self.sock)
+                os.close(self.lock)
                 print(f"{time.strftime('%H:%M:%S')} gpupipe server {self.pid} stopped "
                       f"({self.stopping or 'error'}; {self.served} command(s) served)",
                       file=sys.stderr, flush=True)
@@ -392,21 +551,30 @@ class _Server:
             self.stopping = why
 
     def _handle(self, conn: socket.socket, sel) -> None:
-        conn.settimeout(10)
         fds: list[int] = []
         try:
-            if hasattr(socket, "SO_PEERCRED"):   # Linux; elsewhere the private directory
-                uid = struct.unpack("3i", conn.getsockopt(
-                    socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
-                if uid != os.getuid():
-                    raise PermissionError(f"a connection from uid {uid}")
-            req = _recv(conn, fds)
-        except (OSError, EOFError, ValueError) as e:
-            print(f"gpupipe server: a request failed: {e}", file=sys.stderr, flush=True)
-            for fd in fds:
-                os.close(fd)
-            conn.close()
+            self._request(conn, sel, fds)
             return
+        except _Refused as e:
+            with contextlib.suppress(OSError):
+                _send(conn, {"refused": str(e)})
+        except Exception as e:   # one bad request never ends the server
+            print(f"gpupipe server: a request failed: {type(e).__name__}: {e}", file=sys.stderr,
+                  flush=True)
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if conn not in self.children.values():
+            conn.close()
+
+    def _request(self, conn: socket.socket, sel, fds: list[int]) -> None:
+        conn.settimeout(2)   # a client sends its request as it connects
+        uid = _peer_uid(conn)
+        if uid is not None and uid != os.getuid():
+            raise PermissionError(f"a connection from uid {uid}")
+        req = _recv(conn, fds)
+        if not isinstance(req, dict):
+            raise ValueError("a request that is not a JSON object")
         op = req.get("op", "run")
         if op != "run":
             reply = {"pid": self.pid, "socket": self.sock, "started": self.started,
@@ -417,43 +585,84 @@ class _Server:
                 _send(conn, reply)
             conn.close()
             return
-        why = "the server is stopping" if self.stopping else why_not(req, self.env, self.stamp)
+        why = "the server is stopping" if self.stopping else why_not(
+            req, self.env, self.stamp, self.settings, self.files)
         if why is not None:
             if "changed since the server started" in why:
                 self._stop("its code changed")
-            with contextlib.suppress(OSError):
-                _send(conn, {"refused": why})
-            for fd in fds:
-                os.close(fd)
-            conn.close()
-            return
+            raise _Refused(why)
+        go_r, go_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
-        with warnings.catch_warnings():   # Python 3.12+: numpy's and Arrow's idle pools
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:   # the child keeps none of the server's sockets, only the client's fds
-            for other in (*self.children.values(), conn):
-                other.close()
-            sel.close()
-            lsock, wake_r, wake_w = self._own
-            lsock.close()
-            os.close(wake_r)
-            os.close(wake_w)
+        # the child must not run the server's handlers: no signal reaches it before its own
+        blocked = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD}
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        try:
+            with warnings.catch_warnings():   # Python 3.12+: numpy's and Arrow's idle pools
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError as e:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            os.close(go_r)
+            os.close(go_w)
+            raise _Refused(f"the server cannot fork ({e})") from None
+        if pid == 0:
+            self._become_child(conn, sel, go_r, go_w, mask)
             raise _Served(req, fds)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.close(go_r)
         for fd in fds:
             os.close(fd)
-        self.served += 1
+        fds.clear()
         self.children[pid] = conn
+        self.waiting[pid] = go_w
         try:
             _send(conn, {"pid": pid})
-            sel.register(conn, 1, pid)   # selectors.EVENT_READ
-        except OSError:   # the client left already
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+            sel.register(conn, 1, pid)   # selectors.EVENT_READ: the client's go
+        except OSError:   # the client left already: the child ends without running
+            self._no_go(pid)
 
-    def _client_gone(self, conn: socket.socket, pid: int, sel) -> None:
-        """The client of a running command closed its end (killed): end the command too."""
+    def _become_child(self, conn, sel, go_r: int, go_w: int, mask) -> None:
+        """In the forked child: keep none of the server's descriptors and handlers, then wait
+        for the client's go (the pipe closes without one when the client gave up)."""
+        for other in (*self.children.values(), conn):
+            other.close()
+        for w in (*self.waiting.values(), go_w, self.lock):
+            os.close(w)
+        sel.close()
+        lsock, wake_r, wake_w = self._own
+        lsock.close()
+        os.close(wake_r)
+        os.close(wake_w)
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        _die_with_parent(self.pid)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        go = b""
+        with contextlib.suppress(OSError):
+            go = os.read(go_r, 1)
+        os.close(go_r)
+        if go != b"g":
+            os._exit(0)
+
+    def _no_go(self, pid: int) -> None:
+        with contextlib.suppress(KeyError, OSError):
+            os.close(self.waiting.pop(pid))
+
+    def _from_client(self, conn: socket.socket, pid: int, sel) -> None:
+        """The client's go for a child that waits for it; otherwise (or anything else) the
+        client closed its end (killed): end the command too."""
+        if pid in self.waiting:
+            try:
+                msg = _recv(conn)
+            except (OSError, EOFError, ValueError):
+                msg = None
+            if isinstance(msg, dict) and msg.get("go") is True:
+                os.write(self.waiting.pop(pid), b"g")
+                self.served += 1
+                return
+            self._no_go(pid)
         with contextlib.suppress(KeyError, ValueError):
             sel.unregister(conn)
         with contextlib.suppress(ProcessLookupError):
@@ -470,12 +679,31 @@ class _Server:
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue   # not a command: the forkserver
+            self._no_go(pid)
             code = os.waitstatus_to_exitcode(status)
             with contextlib.suppress(KeyError, ValueError):
                 sel.unregister(conn)
             with contextlib.suppress(OSError):
-                _send(conn, {"exit": code if code >= 0 else 128 - code})
+                _send(conn, {"exit": code} if code >= 0 else {"exit": 128 - code,
+                                                               "signal": -code})
             conn.close()
+
+
+class _Refused(Exception):
+    """A request the server does not run: the client runs the command itself."""
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: this process gets SIGTERM when the server dies (``PR_SET_PDEATHSIG``), so a
+    command never outlives a server that was killed."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:   # it died before the call
+        os._exit(1)
 
 
 def _reopen_std(fds: list[int], present: list[bool]) -> None:
@@ -523,13 +751,21 @@ def _adopt_forkserver() -> None:
 
 def _run_child(main, req: dict, fds: list[int]) -> int:
     """In the forked child: become the command the client typed, run it, return its code."""
-    signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
+    import random
+    import tempfile
+
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.clear()
     os.environ.update(req["env"])
+    # local workers fork from the server's forkserver (its umask, the server's log as output):
+    # they take this process's instead (`gpupipe.runner.worker_inherit`)
+    os.environ[ENV_STDIO] = str(os.getpid())
+    os.umask(int(req.get("umask", 0o022)))
     os.chdir(req["cwd"])
+    tempfile.tempdir = None   # from the client's TMPDIR
+    random.seed()   # a new process's own random state, not the server's
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
     _reopen_std(fds, req.get("fds") or [True, True, True])
     sys.argv = [req.get("argv0") or "gpupipe", *req["argv"]]
     _adopt_forkserver()

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gpupipe import server
@@ -173,7 +174,27 @@ def _until(path: Path, text: str, proc, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "client-killed"])
+def _command(srv) -> psutil.Process:
+    """The served command's process: the server's child that is not the forkserver."""
+    kids = [k for k in psutil.Process(srv.pid).children()
+            if "multiprocessing" not in " ".join(k.cmdline())]
+    assert len(kids) == 1, kids
+    return kids[0]
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def _until_state(pid: int, state: str) -> None:
+    end = time.monotonic() + 10
+    while _state(pid) != state:
+        assert time.monotonic() < end, (pid, _state(pid), state)
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "client-killed", "sigterm", "ctrl-z"])
 def test_interrupting_the_client_stops_the_served_command(srv, tmp_path, how):
     srv.start()
     err = tmp_path / "err"
@@ -184,11 +205,22 @@ def test_interrupting_the_client_stops_the_served_command(srv, tmp_path, how):
     try:
         _until(err, "starting a local Dask cluster", proc)
         assert srv.status()["running"] == 1
-        if how == "ctrl-c":
+        if how == "ctrl-z":   # the command stops with the client, and goes on with it
+            child = _command(srv).pid
+            proc.send_signal(signal.SIGTSTP)
+            _until_state(proc.pid, "T")
+            _until_state(child, "T")
+            proc.send_signal(signal.SIGCONT)
+            _until_state(child, "S")
+            assert _state(child) != "T" and _state(proc.pid) != "T"
+        if how in ("ctrl-c", "ctrl-z"):
             proc.send_signal(signal.SIGINT)
             assert proc.wait(60) == 130
             assert err.read_text().endswith(
                 "interrupted — run the same command again to resume\n")
+        elif how == "sigterm":   # killed by the signal, as the shell sees it without the server
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(60) == -signal.SIGTERM
         else:
             proc.kill()
             proc.wait(10)
@@ -206,3 +238,75 @@ def test_it_stops_when_idle(srv):
     assert 0 < srv.wait_gone(15) < 10
     assert "stopped (idle for 1 s; 0 command(s) served)" in (
         srv.sock.parent / "gpupipe.log").read_text()
+
+
+GIVE_UP = """
+import os, sys
+from gpupipe import server
+conn = server._connect(server.socket_path())
+null = os.open(os.devnull, os.O_RDWR)
+server._send(conn, {"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ),
+                    "sys_path": sys.path, "executable": sys.executable, "fds": [True] * 3,
+                    "umask": 0o022, "settings": server.process_settings()}, [null] * 3)
+print(server._recv(conn)["pid"])
+"""
+
+
+def test_a_command_the_client_gave_up_on_never_runs(srv, one_doc, tmp_path):
+    """The server forks the command at once, but it starts only on the client's go: a client
+    that stopped waiting (and ran the command itself) leaves no second copy running."""
+    srv.start()
+    out = tmp_path / "never"
+    r = subprocess.run([sys.executable, "-c", GIVE_UP, "run", str(one_doc), "-o", str(out)],
+                       capture_output=True, text=True, env=srv.env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    child = int(r.stdout)
+    end = time.monotonic() + 10
+    while _alive(child):
+        assert time.monotonic() < end, "the command started without a go"
+        time.sleep(0.02)
+    assert not out.exists()
+    assert (srv.status()["served"], srv.status()["running"]) == (0, 0)
+
+
+def test_the_command_has_the_client_s_umask_and_settings(srv, one_doc, tmp_path):
+    import resource
+
+    srv.start()
+    out = tmp_path / "private"
+    r = srv.gpupipe("run", str(one_doc), "-o", str(out), preexec_fn=lambda: os.umask(0o077))
+    assert r.returncode == 0, r.stderr
+    assert {oct(p.stat().st_mode & 0o777) for p in [out, *out.rglob("*")]} == {"0o700", "0o600"}
+    assert srv.status()["served"] == 1
+    # other resource limits: what distributed read at import could differ
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    r = srv.gpupipe("validate", str(one_doc), preexec_fn=lambda: resource.setrlimit(
+        resource.RLIMIT_NOFILE, (soft - 1, hard)))
+    assert r.returncode == 0 and "valid" in r.stdout
+    assert r.stderr == ("gpupipe: not using the server (the process settings differ "
+                        "(RLIMIT_NOFILE); `gpupipe server stop` and start it again from this "
+                        "shell); running the command here\n")
+    assert srv.status()["served"] == 1
+
+
+def test_a_killed_server_takes_its_command_along(srv, tmp_path):
+    srv.start()
+    err = tmp_path / "err"
+    with open(err, "w") as f:
+        proc = subprocess.Popen([GPUPIPE, "run", "pipelines/english_web.yaml", "-o",
+                                 str(tmp_path / "run")], stdout=subprocess.DEVNULL, stderr=f,
+                                env=srv.env, cwd=REPO)
+    try:
+        _until(err, "starting a local Dask cluster", proc)
+        tree = psutil.Process(srv.pid).children(recursive=True)
+        os.kill(srv.pid, signal.SIGKILL)
+        assert proc.wait(30) == 1
+        assert err.read_text().endswith("gpupipe: the server ended while it ran the command; "
+                                        "the command was stopped\n")
+        end = time.monotonic() + 20
+        while any(_alive(p.pid) for p in tree):
+            assert time.monotonic() < end, [p.pid for p in tree if _alive(p.pid)]
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -19,6 +19,8 @@ from gpupipe.runner.forkserver import children_ignore_sigint
 log = logging.getLogger(__name__)
 
 GPU_INSTALL = "pip install 'gpupipe[gpu]'  (RAPIDS 26.10, CUDA 12, an NVIDIA GPU and driver)"
+#: preloaded by forked local workers: the driver's umask and output (`worker_inherit`)
+INHERIT_PRELOAD = "gpupipe.runner.worker_inherit"
 UCX_INSTALL = "pip install 'gpupipe[gpu]' (distributed-ucxx-cu12 provides protocol: ucx)"
 
 
@@ -221,8 +223,12 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
         log.info("starting a local Dask cluster: %d worker(s) x %d thread(s), %s", n,
                  spec.threads_per_worker, method)
         try:
-            with children_ignore_sigint(), \
-                    dask.config.set({"distributed.worker.multiprocessing-method": method}):
+            config = {"distributed.worker.multiprocessing-method": method}
+            if method == "forkserver":   # a driver in the warm server: its umask and output
+                config["distributed.worker.preload"] = [
+                    *(dask.config.get("distributed.worker.preload", None) or []),
+                    INHERIT_PRELOAD]
+            with children_ignore_sigint(), dask.config.set(config):
                 cluster = LocalCluster(
                     n_workers=n,
                     threads_per_worker=spec.threads_per_worker,
