@@ -219,8 +219,39 @@ def test_timeouts_in_a_row_and_at_the_ends(htmls, own_helpers):
     assert time.monotonic() - start < 30
     assert ids == ["1", "4"] and drops == {"extract_timeout": 4}
     assert texts == [resiliparse_text(htmls[0]), resiliparse_text(htmls[1])]
-    # the last page killed the last helper: none is left running, none was left behind
-    assert resiliparse_helper() is None and own_helpers() == set()
+    # every helper a slow page held was killed; at most the one that went on is left (the
+    # pages a killed helper extracted after its last reply are extracted again by a new one)
+    assert own_helpers() == {resiliparse_helper()} - {None}
+
+
+def test_a_helper_killed_on_a_page_sets_that_page_aside(htmls, own_helpers):
+    """A helper that dies on a page (the kernel's OOM killer) costs that page alone: it is an
+    ``extract_error`` naming the death, and a new helper extracts the rest."""
+    import os
+    import signal
+    import threading
+
+    run(htmls[:1], timeout=30.0)
+    key = ("resiliparse", tuple(sorted(ExtractHtml().options().items())))
+    helper = pooled()[key]
+    target = helper._started() + 4   # SLOW, the fourth page
+
+    def kill_on_slow():
+        end = time.monotonic() + 30
+        while helper._started() < target and time.monotonic() < end:
+            time.sleep(0.002)
+        os.kill(helper.proc.pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_on_slow)
+    killer.start()
+    docs = htmls[:3] + [SLOW] + htmls[3:5]
+    res = ExtractHtml(timeout=30.0, keep_rejected=True).process(frame(docs))
+    killer.join()
+    assert res.frame["id"].tolist() == ["0", "1", "2", "4", "5"]
+    assert res.frame["text"].tolist() == [resiliparse_text(h) for h in htmls[:5]]
+    assert res.drops == {"extract_error": 1}
+    assert not psutil.pid_exists(helper.proc.pid) and resiliparse_helper() not in (None,
+                                                                                   helper.proc.pid)
 
 
 # -- measures and parameters ----------------------------------------------------------------------

@@ -78,32 +78,63 @@ def _recv(stream):
     return pickle.loads(_recv_exact(stream, n))
 
 
+#: the helper sends what it extracted at least this often (seconds), and the worker looks at its
+#: progress this often while it waits: a document is stopped at most this much past its timeout
+FLUSH = POLL = 0.1
+_COUNT = struct.Struct("<Q")
+
+
 def _child_main() -> None:
-    """The helper: reads ``(name, options)``, then batches of HTML; answers one result per
-    document as soon as it has it. Ends when its input closes (the worker is gone)."""
+    """The helper: reads ``(name, options)``, then a partition's HTML at a time; before each
+    document it counts it in the shared progress counter (the descriptor in ``sys.argv[2]``),
+    and it sends what it extracted in batches, every `FLUSH` seconds and at the partition's
+    end. Ends when its input closes (the worker is gone)."""
+    import mmap
+    import time
+
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr   # a library's print must not corrupt the replies
+    progress = mmap.mmap(int(sys.argv[2]), _COUNT.size)
+    started = 0
     try:
         name, options = _recv(inp)
         fn = extractor(name, options)
         _send(out, "ready")
         while True:
-            for html in _recv(inp):   # one reply per document, sent as soon as it is done
-                _send(out, extract_all(fn, [html])[0])
+            batch, last = [], time.monotonic()
+            for html in _recv(inp):
+                started += 1
+                _COUNT.pack_into(progress, 0, started)
+                batch.append(extract_all(fn, [html])[0])
+                if time.monotonic() - last >= FLUSH:
+                    _send(out, batch)
+                    batch, last = [], time.monotonic()
+            if batch:
+                _send(out, batch)
     except EOFError:
         return
 
 
 class Helper:
-    """One helper process for one extractor configuration."""
+    """One helper process for one extractor configuration. A partition goes to it in one
+    message; it answers in batches, and the worker follows which document it is on through a
+    counter in shared memory, so a slow one is found without a reply per document."""
 
     def __init__(self, name: str, options: dict):
+        import mmap
+
         self.name, self.options = name, options
-        self.proc = subprocess.Popen(
-            [sys.executable, "-P", "-c", "import runpy, sys; "
-             "runpy.run_path(sys.argv[1], run_name='__main__')", os.path.abspath(__file__)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
-        # one selector for the helper's replies (not one per document)
+        fd = os.memfd_create("gpupipe-extract-progress")
+        try:
+            os.ftruncate(fd, _COUNT.size)
+            self.progress = mmap.mmap(fd, _COUNT.size)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-P", "-c", "import runpy, sys; "
+                 "runpy.run_path(sys.argv[1], run_name='__main__')", os.path.abspath(__file__),
+                 str(fd)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
+                pass_fds=(fd,))
+        finally:
+            os.close(fd)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.proc.stdout, selectors.EVENT_READ)
         _send(self.proc.stdin, (name, options))
@@ -120,39 +151,51 @@ class Helper:
         try:
             return _recv(self.proc.stdout)
         except EOFError:
-            raise RuntimeError(f"the {self.name} helper process died (exit code "
-                               f"{self.proc.wait()})") from None
+            raise RuntimeError(self._died()) from None
 
-    def _feed(self, htmls: list[str], batch: int) -> None:
-        """Send the documents in small batches while the helper works, so that it never
-        waits for input (a thread: the pipe holds 64 KiB, and replies must be read
-        meanwhile)."""
+    def _died(self) -> str:
+        return f"the {self.name} helper process died (exit code {self.proc.wait()})"
+
+    def _started(self) -> int:
+        return _COUNT.unpack_from(self.progress, 0)[0]
+
+    def extract(self, htmls: list[str], timeout: float):
+        """``(results, stuck, error)``: ``(text, error)`` for the first documents, in order;
+        when the helper was stopped on a document that ran past ``timeout`` seconds, or died on
+        one, that document's index and ``"timeout"`` or why it died (this helper is then
+        closed, and the documents between the results and ``stuck`` are to be done again),
+        else ``(results of all, None, None)``."""
+        import time
+
+        base = self._started()
         try:
-            for k in range(0, len(htmls), batch):
-                _send(self.proc.stdin, htmls[k:k + batch])
-        except (OSError, ValueError):   # the helper was killed (a timeout): nothing to send
-            pass
-
-    def extract(self, htmls: list[str], timeout: float, batch: int = 8):
-        """``(text, error)`` per document; the document that runs past ``timeout`` seconds is
-        ``(None, "timeout")`` and ends this helper (the caller starts another)."""
-        feeder = threading.Thread(target=self._feed, args=(htmls, batch), daemon=True,
-                                  name="gpupipe-extract-feed")
-        feeder.start()
-        out = []
-        for _ in htmls:
-            try:
-                out.append(self._reply(timeout))
-            except TimeoutError:
-                self.close()
-                out.append((None, "timeout"))
-                break
-            except RuntimeError as e:   # killed (out of memory) on this document
-                self.close()
-                out.append((None, str(e)))
-                break
-        feeder.join()
-        return out
+            _send(self.proc.stdin, htmls)   # read whole before the first document starts
+        except OSError:   # it died since the last partition
+            self.close()
+            raise RuntimeError(self._died()) from None
+        out: list = []
+        seen, since = base, time.monotonic()
+        while len(out) < len(htmls):
+            if self.selector.select(POLL):
+                try:
+                    out.extend(_recv(self.proc.stdout))
+                    continue
+                except EOFError:   # killed (out of memory) on the document it was on
+                    error = self._died()
+            else:
+                now, started = time.monotonic(), self._started()
+                if started != seen:
+                    seen, since = started, now
+                    continue
+                if now - since <= timeout:
+                    continue
+                error = "timeout"
+            stuck = self._started() - base - 1
+            self.close()
+            if stuck < len(out):
+                raise RuntimeError(f"{error} before the helper started a document")
+            return out, stuck, error
+        return out, None, None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -167,16 +210,17 @@ class Helper:
                 stream.close()
             except OSError:
                 pass
+        self.progress.close()
 
 
 _helpers = threading.local()
 
 
 def extract_with_timeout(name: str, options: dict, htmls: list[str], timeout: float):
-    """``(text, error)`` per document, each extracted in a helper process that is killed when
-    one document takes more than ``timeout`` seconds (its error is ``"timeout"``; the next
-    helper goes on with the documents after it). One helper per thread and configuration is
-    kept for the next partition."""
+    """``(text, error)`` per document, extracted in a helper process that is killed when one
+    document takes more than ``timeout`` seconds (its error is ``"timeout"``; the next helper
+    goes on with the documents after it). One helper per thread and configuration is kept for
+    the next partition."""
     key = (name, tuple(sorted(options.items())))
     pool = getattr(_helpers, "pool", None)
     if pool is None:
@@ -186,8 +230,13 @@ def extract_with_timeout(name: str, options: dict, htmls: list[str], timeout: fl
         helper = pool.get(key)
         if helper is None or not helper.alive():
             helper = pool[key] = Helper(name, options)
-        done = helper.extract(htmls[len(out):], timeout)
+        rest = htmls[len(out):]
+        done, stuck, error = helper.extract(rest, timeout)
         out.extend(done)
+        if stuck is not None:
+            # what the stopped helper did after its last reply is done again by the next one
+            out.extend(extract_with_timeout(name, options, rest[len(done):stuck], timeout))
+            out.append((None, error))
     return out
 
 
