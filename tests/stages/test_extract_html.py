@@ -254,6 +254,54 @@ def test_a_helper_killed_on_a_page_sets_that_page_aside(htmls, own_helpers):
                                                                                    helper.proc.pid)
 
 
+
+def test_a_helper_paused_before_a_partition_is_no_timeout(htmls, own_helpers):
+    """The clock of a page starts when the helper starts it: a helper that takes longer than
+    the timeout to take the partition in (a big one, a loaded machine; here SIGSTOPped) times
+    nothing out, and every page is extracted by it."""
+    import os
+    import signal
+    import threading
+
+    run(htmls[:1], timeout=0.3)
+    key = ("resiliparse", tuple(sorted(ExtractHtml().options().items())))
+    helper = pooled()[key]
+    os.kill(helper.proc.pid, signal.SIGSTOP)
+    waker = threading.Timer(1.5, os.kill, (helper.proc.pid, signal.SIGCONT))
+    waker.start()
+    try:
+        ids, texts, drops = run(htmls[1:3], timeout=0.3)   # 33 KB: the pipe takes it all
+    finally:
+        waker.join()
+    assert ids == ["0", "1"] and drops == {}
+    assert texts == [resiliparse_text(h) for h in htmls[1:3]]
+    assert resiliparse_helper() == helper.proc.pid and own_helpers() == {helper.proc.pid}
+
+
+def test_a_helper_killed_while_the_partition_is_sent_costs_nothing(htmls, own_helpers):
+    """A helper that dies before it starts a page of the partition (killed while the worker
+    writes the partition to it) costs no page: a new helper extracts them all."""
+    import os
+    import signal
+    import threading
+
+    run(htmls[:1], timeout=30.0)
+    key = ("resiliparse", tuple(sorted(ExtractHtml().options().items())))
+    helper = pooled()[key]
+    first = helper.proc.pid
+    os.kill(first, signal.SIGSTOP)   # its pipe fills: the worker's write blocks
+    killer = threading.Timer(1.0, os.kill, (first, signal.SIGKILL))
+    killer.start()
+    docs = htmls[:6] * 4   # far beyond a pipe's 64 KiB
+    try:
+        ids, texts, drops = run(docs, timeout=30.0)
+    finally:
+        killer.join()
+    assert ids == [str(i) for i in range(len(docs))] and drops == {}
+    assert texts == [resiliparse_text(h) for h in docs]
+    assert not psutil.pid_exists(first) and resiliparse_helper() not in (None, first)
+
+
 # -- measures and parameters ----------------------------------------------------------------------
 
 def test_measures_count_characters(htmls):

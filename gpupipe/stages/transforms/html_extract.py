@@ -58,7 +58,10 @@ def extract_all(fn, htmls) -> list[tuple[str | None, str | None]]:
 
 def _send(stream, obj) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(struct.pack("<Q", len(data)) + data)
+    for part in (struct.pack("<Q", len(data)), data):
+        view = memoryview(part)
+        while view:   # an unbuffered pipe may take part of it (a signal during the write)
+            view = view[stream.write(view):]
     stream.flush()
 
 
@@ -124,6 +127,7 @@ class Helper:
         import mmap
 
         self.name, self.options = name, options
+        self.proc = self.selector = self.progress = None
         fd = os.memfd_create("gpupipe-extract-progress")
         try:
             os.ftruncate(fd, _COUNT.size)
@@ -133,12 +137,18 @@ class Helper:
                  "runpy.run_path(sys.argv[1], run_name='__main__')", os.path.abspath(__file__),
                  str(fd)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
                 pass_fds=(fd,))
+            self.selector = selectors.DefaultSelector()
+            self.selector.register(self.proc.stdout, selectors.EVENT_READ)
+            _send(self.proc.stdin, (name, options))
+            try:
+                reply = self._reply(120.0)
+            except TimeoutError:
+                raise RuntimeError(f"the {name} helper process did not start in 120 s") from None
+        except BaseException:
+            self.close()
+            raise
         finally:
             os.close(fd)
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.proc.stdout, selectors.EVENT_READ)
-        _send(self.proc.stdin, (name, options))
-        reply = self._reply(120.0)
         if reply != "ready":
             self.close()
             raise RuntimeError(f"the {name} helper process did not start ({reply!r}); is "
@@ -160,57 +170,68 @@ class Helper:
         return _COUNT.unpack_from(self.progress, 0)[0]
 
     def extract(self, htmls: list[str], timeout: float):
-        """``(results, stuck, error)``: ``(text, error)`` for the first documents, in order;
-        when the helper was stopped on a document that ran past ``timeout`` seconds, or died on
-        one, that document's index and ``"timeout"`` or why it died (this helper is then
-        closed, and the documents between the results and ``stuck`` are to be done again),
-        else ``(results of all, None, None)``."""
+        """``(results, stuck, error)``: ``(text, error)`` for the first documents, in order,
+        and ``(results of all, None, None)`` when all went well. Else this helper is closed and
+        ``error`` says why (``"timeout"``, or why it died): ``stuck`` is the index of the
+        document it was stopped or died on, which ran past ``timeout`` seconds (the
+        documents between the results and ``stuck`` are to be done again), or None when it
+        stopped between documents (the rest is to be done again)."""
         import time
 
         base = self._started()
-        try:
-            _send(self.proc.stdin, htmls)   # read whole before the first document starts
-        except OSError:   # it died since the last partition
-            self.close()
-            raise RuntimeError(self._died()) from None
         out: list = []
-        seen, since = base, time.monotonic()
-        while len(out) < len(htmls):
-            if self.selector.select(POLL):
-                try:
-                    out.extend(_recv(self.proc.stdout))
+        try:
+            try:
+                _send(self.proc.stdin, htmls)   # read whole before the first document starts
+            except OSError:   # it died since the last partition, or reading this one
+                return self._stop(out, None, self._died())
+            # ``seen``: the documents started, as last read; ``since``: when the one in
+            # progress started (or the last of the started ones was delivered)
+            seen, since = base, time.monotonic()
+            while len(out) < len(htmls):
+                if self.selector.select(POLL):
+                    try:
+                        out.extend(_recv(self.proc.stdout))
+                    except EOFError:   # killed (out of memory) on the document it was on
+                        return self._stop(out, self._started() - base - 1, self._died())
+                    if len(out) >= seen - base:   # between documents: no document's time
+                        since = time.monotonic()
                     continue
-                except EOFError:   # killed (out of memory) on the document it was on
-                    error = self._died()
-            else:
                 now, started = time.monotonic(), self._started()
                 if started != seen:
                     seen, since = started, now
-                    continue
-                if now - since <= timeout:
-                    continue
-                error = "timeout"
-            stuck = self._started() - base - 1
+                elif started > base and len(out) < started - base and now - since > timeout:
+                    return self._stop(out, started - base - 1, "timeout")
+        except BaseException:   # a half-read reply must not reach the next partition
             self.close()
-            if stuck < len(out):
-                raise RuntimeError(f"{error} before the helper started a document")
-            return out, stuck, error
+            raise
         return out, None, None
+
+    def _stop(self, out: list, stuck: int | None, error: str):
+        """Close this helper; ``stuck`` only when that document had started and was not
+        delivered (else the helper stopped between documents)."""
+        self.close()
+        if stuck is not None and stuck < len(out):
+            stuck = None
+        return out, stuck, error
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def close(self) -> None:
-        self.selector.close()
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
-        self.progress.close()
+        if self.selector is not None:
+            self.selector.close()
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        if self.progress is not None:
+            self.progress.close()
 
 
 _helpers = threading.local()
@@ -226,6 +247,7 @@ def extract_with_timeout(name: str, options: dict, htmls: list[str], timeout: fl
     if pool is None:
         pool = _helpers.pool = {}
     out: list = []
+    idle = 0   # helpers in a row that stopped before they delivered or started anything
     while len(out) < len(htmls):
         helper = pool.get(key)
         if helper is None or not helper.alive():
@@ -237,8 +259,10 @@ def extract_with_timeout(name: str, options: dict, htmls: list[str], timeout: fl
             # what the stopped helper did after its last reply is done again by the next one
             out.extend(extract_with_timeout(name, options, rest[len(done):stuck], timeout))
             out.append((None, error))
+        idle = idle + 1 if not done and stuck is None and error is not None else 0
+        if idle == 2:
+            raise RuntimeError(f"{error}, twice, before the helper started a document")
     return out
-
 
 if __name__ == "__main__":
     _child_main()
