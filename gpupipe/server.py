@@ -15,8 +15,9 @@ it instead of starting Python anew, the way a shell forks itself:
   leaves a second copy running. It takes the client's descriptors as its own 0, 1 and 2, the
   client's directory, environment, umask and ``sys.argv``, and runs the command as a new
   process would. The terminal, progress bars, exit code and signals (the client relays
-  SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH and SIGCONT; Ctrl-Z stops the command and then
-  the client, as a shell job) are those of the command the user typed;
+  SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH, SIGCONT and SIGUSR1/2, except those its shell
+  set to be ignored, which the command ignores too; Ctrl-Z stops the command and then the
+  client, as a shell job) are those of the command the user typed;
 * the server waits for the child and sends back how it ended: its exit code, or the signal
   that killed it, which then ends the client the same way. A command dies with the server
   (``PR_SET_PDEATHSIG``), and a client whose server died stops the command.
@@ -25,8 +26,9 @@ The server refuses a request, and the client runs the command itself as before (
 once per command), when what the server imported could differ from what the command would
 import: another ``sys.path``, an environment that differs in a variable read at import
 (`IMPORT_ENV`: ``DASK_*``, ``NUMBA_*``, ``PYTHON*``, ``GPUPIPE_*``, ...), other process
-settings (resource limits, CPU affinity, cgroup, nice value, interpreter flags:
-`process_settings`), or a changed file: of gpupipe, of any module the server imported, of
+settings (resource limits, CPU affinity, cgroup, nice value, groups, capabilities,
+namespaces, interpreter flags: `process_settings`), a descriptor named in the arguments that
+only the client holds (``/dev/fd/63`` of ``<(cmd)``), or a changed file: of gpupipe, of any module the server imported, of
 dask's configuration, or a package directory on ``sys.path`` (an edit, a ``pip install``: the
 server then also stops). Only the same user may connect: the socket's directory is private,
 and each side checks the other's uid.
@@ -43,6 +45,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -71,6 +74,8 @@ _NOT_IMPORT_ENV = (ENV_SWITCH, ENV_SOCKET, ENV_STDIO)
 #: the command the server is never asked to run (it manages the server itself)
 _OWN_COMMAND = "server"
 _HEADER = struct.Struct("!I")
+#: a path that names one of the process's descriptors (``<(cmd)``: ``/dev/fd/63``)
+_FD_PATH = re.compile(r"/(?:dev|proc/self|proc/thread-self|proc/\d+)/fd/(\d+)")
 _MAX_MESSAGE = 16 << 20
 
 
@@ -109,9 +114,15 @@ def _send(conn: socket.socket, obj: dict, fds: list[int] | None = None) -> None:
         conn.sendall(msg)
 
 
-def _recv_exact(conn: socket.socket, n: int, fds: list[int] | None = None) -> bytes:
+def _recv_exact(conn: socket.socket, n: int, fds: list[int] | None = None,
+                deadline: float | None = None) -> bytes:
     buf = b""
     while len(buf) < n:
+        if deadline is not None:   # for the whole message: a client that trickles ends too
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the message did not arrive in time")
+            conn.settimeout(left)
         if fds is not None:
             data, ancdata, _flags, _addr = conn.recvmsg(
                 n - len(buf), socket.CMSG_SPACE(3 * array.array("i").itemsize))
@@ -128,11 +139,12 @@ def _recv_exact(conn: socket.socket, n: int, fds: list[int] | None = None) -> by
     return buf
 
 
-def _recv(conn: socket.socket, fds: list[int] | None = None) -> dict:
-    (n,) = _HEADER.unpack(_recv_exact(conn, _HEADER.size, fds))
+def _recv(conn: socket.socket, fds: list[int] | None = None,
+          deadline: float | None = None) -> dict:
+    (n,) = _HEADER.unpack(_recv_exact(conn, _HEADER.size, fds, deadline))
     if n > _MAX_MESSAGE:
         raise ValueError(f"a message of {n} bytes")
-    return json.loads(_recv_exact(conn, n, fds))
+    return json.loads(_recv_exact(conn, n, fds, deadline))
 
 
 # --- the client ----------------------------------------------------------------------------
@@ -187,13 +199,27 @@ def process_settings() -> dict:
         out["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
     with contextlib.suppress(OSError), open("/proc/self/cgroup") as f:
         out["cgroup"] = f.read()
+    # the groups new files get and access is checked with (``newgrp``, ``sg``)
+    out["groups"] = [os.getgid(), os.getegid(), sorted(os.getgroups())]
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        out["privileges"] = [line.strip() for line in f if line.startswith(
+            ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp:"))]
+    # a command started in another namespace (a container, ``unshare``, ``nsenter --net``,
+    # ``ip netns exec``) must see its own mounts, network and processes
+    namespaces = {}
+    for ns in ("mnt", "net", "pid", "ipc", "uts", "user", "cgroup", "time"):
+        with contextlib.suppress(OSError):
+            namespaces[ns] = os.readlink(f"/proc/self/ns/{ns}")
+    out["namespaces"] = namespaces
     return out
 
 
-#: what the client relays to the command (Ctrl-Z, SIGTSTP, is handled apart: `_wait`)
+#: what the client relays to the command (Ctrl-Z, SIGTSTP, is handled apart: `_relay_to`)
 RELAYED = tuple(getattr(signal, name) for name in (
     "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGWINCH", "SIGCONT", "SIGUSR1", "SIGUSR2")
     if hasattr(signal, name))
+#: ... and those a job gets from its shell, whose ignored state a command keeps
+_JOB_SIGNALS = RELAYED + ((signal.SIGTSTP,) if hasattr(signal, "SIGTSTP") else ())
 
 
 def forward(argv: list[str]) -> int | None:
@@ -216,6 +242,14 @@ def forward(argv: list[str]) -> int | None:
         cwd = os.getcwd()
     except OSError:   # a directory removed under the shell: the command itself says so
         return None
+    named = sorted({int(m) for arg in argv for m in _FD_PATH.findall(arg) if int(m) > 2})
+    if named:   # process substitution, ``3<file``: only this process has them
+        print(f"gpupipe: not using the server (the command names descriptor "
+              f"{', '.join(map(str, named))}, which only this process holds); running the "
+              f"command here", file=sys.stderr)
+        return None
+    # what the shell set to be ignored (``nohup``, ``cmd &`` in a script) stays ignored
+    ignored = [int(sig) for sig in _JOB_SIGNALS if signal.getsignal(sig) == signal.SIG_IGN]
     sock = socket_path()
     conn = _connect(sock)
     if conn is None:
@@ -231,7 +265,7 @@ def forward(argv: list[str]) -> int | None:
         request = {"argv": list(argv), "argv0": sys.argv[0] if sys.argv else "gpupipe",
                    "cwd": cwd, "env": dict(os.environ), "sys_path": list(sys.path),
                    "executable": sys.executable, "fds": present, "umask": mask,
-                   "settings": process_settings()}
+                   "ignored": ignored, "settings": process_settings()}
         try:
             _send(conn, request, [fd for fd, ok in zip((0, 1, 2), present) if ok])
             reply = _recv(conn)
@@ -246,21 +280,33 @@ def forward(argv: list[str]) -> int | None:
                   f"here", file=sys.stderr)
             return None
         child = int(reply["pid"])
-        _relay_to(child)
+        before = {sig: signal.getsignal(sig) for sig in _JOB_SIGNALS}
+        _relay_to(child, ignored)
         try:
             _send(conn, {"go": True})
-        except OSError as e:   # the server went away before the command started
-            _relay_to(None)
+        except OSError as e:   # the server went away, or the command ended before its go
+            ended = None
+            with contextlib.suppress(OSError, EOFError, ValueError):
+                ended = _recv(conn, deadline=time.monotonic() + 1.0)
+            _relay_to(None, restore=before)
+            if isinstance(ended, dict) and "exit" in ended:   # a signal relayed to it
+                return _ended(ended)
             print(f"gpupipe: the server at {sock} went away ({e}); running the command here",
                   file=sys.stderr)
             return None
-        return _wait(conn, child)
+        return _wait(conn, child, before)
 
 
-def _relay_to(child: int | None) -> None:
-    """Signals the client gets go to the command's process ``child`` (None: as before).
-    Ctrl-Z stops the command, then the client, as a shell job; ``fg`` or ``bg`` resumes
-    both."""
+def _relay_to(child: int | None, ignored=(), restore: dict | None = None) -> None:
+    """Signals the client gets go to the command's process ``child``, except those the
+    client ignores (``ignored``); None: the handlers in ``restore`` again. Ctrl-Z stops the
+    command, then the client, as a shell job; ``fg`` or ``bg`` resumes both."""
+    if child is None:
+        for sig, handler in (restore or {}).items():
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        return
+
     def relay(signum, _frame):
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signum)
@@ -275,16 +321,13 @@ def _relay_to(child: int | None) -> None:
             os.kill(child, signal.SIGCONT)
 
     for sig in RELAYED:
-        if child is not None:
+        if int(sig) not in ignored:
             signal.signal(sig, relay)
-        else:
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else
-                          signal.SIG_DFL)
-    if hasattr(signal, "SIGTSTP"):
-        signal.signal(signal.SIGTSTP, signal.SIG_DFL if child is None else suspend)
+    if hasattr(signal, "SIGTSTP") and int(signal.SIGTSTP) not in ignored:
+        signal.signal(signal.SIGTSTP, suspend)
 
 
-def _wait(conn: socket.socket, child: int) -> int:
+def _wait(conn: socket.socket, child: int, before: dict) -> int:
     """Relay signals to the child until the server reports how it ended; a command killed by
     a signal ends the client by the same signal, as the shell would see it without the
     server."""
@@ -292,15 +335,22 @@ def _wait(conn: socket.socket, child: int) -> int:
     try:
         reply = _recv(conn)
     except (OSError, EOFError, ValueError):
-        _relay_to(None)
+        _relay_to(None, restore=before)
         stopped = _end(child)
         print(f"gpupipe: the server ended while it ran the command; the command "
               f"{'was stopped' if stopped else f'(pid {child}) still runs'}", file=sys.stderr)
         return 1
-    _relay_to(None)
+    _relay_to(None, restore=before)
+    return _ended(reply)
+
+
+def _ended(reply: dict) -> int:
+    """The exit code of a command that ended as ``reply`` says; one killed by a signal ends
+    this process by the same signal (SIGKILL too)."""
     code, sig = int(reply["exit"]), reply.get("signal")
     if sig:
-        signal.signal(sig, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):   # SIGKILL's cannot be set
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     return code
 
@@ -310,6 +360,7 @@ def _end(pid: int, timeout: float = 10.0) -> bool:
     end = time.monotonic() + timeout
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGCONT)   # a stopped process acts on it only when continued
         while time.monotonic() < end:
             os.kill(pid, 0)
             time.sleep(0.02)
@@ -451,9 +502,9 @@ def preload() -> None:
 class _Served(BaseException):
     """Raised inside a forked child to leave the server's loop: the command it is to run."""
 
-    def __init__(self, req: dict, fds: list[int]):
+    def __init__(self, req: dict, fds: list[int], mask):
         super().__init__()
-        self.req, self.fds = req, fds
+        self.req, self.fds, self.mask = req, fds, mask
 
 
 def serve(main, sock: str, idle_timeout: float) -> int:
@@ -461,7 +512,7 @@ def serve(main, sock: str, idle_timeout: float) -> int:
     try:
         return _Server(sock, idle_timeout).loop()
     except _Served as job:   # only ever in a child
-        return _run_child(main, job.req, job.fds)
+        return _run_child(main, job.req, job.fds, job.mask)
 
 
 class _Server:
@@ -572,11 +623,14 @@ class _Server:
         uid = _peer_uid(conn)
         if uid is not None and uid != os.getuid():
             raise PermissionError(f"a connection from uid {uid}")
-        req = _recv(conn, fds)
+        req = _recv(conn, fds, deadline=time.monotonic() + 2.0)
         if not isinstance(req, dict):
             raise ValueError("a request that is not a JSON object")
         op = req.get("op", "run")
         if op != "run":
+            for fd in fds:   # descriptors that only a command takes
+                os.close(fd)
+            fds.clear()
             reply = {"pid": self.pid, "socket": self.sock, "started": self.started,
                      "served": self.served, "running": len(self.children)}
             if op == "stop":
@@ -594,8 +648,9 @@ class _Server:
         go_r, go_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
-        # the child must not run the server's handlers: no signal reaches it before its own
-        blocked = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD}
+        # the child must not run the server's handlers: no signal reaches it before its own,
+        # and what the client relays before the go waits until the command starts
+        blocked = {*_JOB_SIGNALS, signal.SIGCHLD}
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         try:
             with warnings.catch_warnings():   # Python 3.12+: numpy's and Arrow's idle pools
@@ -607,8 +662,8 @@ class _Server:
             os.close(go_w)
             raise _Refused(f"the server cannot fork ({e})") from None
         if pid == 0:
-            self._become_child(conn, sel, go_r, go_w, mask)
-            raise _Served(req, fds)
+            self._become_child(conn, sel, go_r, go_w)
+            raise _Served(req, fds, mask)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(go_r)
         for fd in fds:
@@ -622,9 +677,10 @@ class _Server:
         except OSError:   # the client left already: the child ends without running
             self._no_go(pid)
 
-    def _become_child(self, conn, sel, go_r: int, go_w: int, mask) -> None:
+    def _become_child(self, conn, sel, go_r: int, go_w: int) -> None:
         """In the forked child: keep none of the server's descriptors and handlers, then wait
-        for the client's go (the pipe closes without one when the client gave up)."""
+        for the client's go (the pipe closes without one when the client gave up), signals
+        still blocked (`_run_child` unblocks them)."""
         for other in (*self.children.values(), conn):
             other.close()
         for w in (*self.waiting.values(), go_w, self.lock):
@@ -638,7 +694,6 @@ class _Server:
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         _die_with_parent(self.pid)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         go = b""
         with contextlib.suppress(OSError):
             go = os.read(go_r, 1)
@@ -655,18 +710,25 @@ class _Server:
         client closed its end (killed): end the command too."""
         if pid in self.waiting:
             try:
-                msg = _recv(conn)
+                msg = _recv(conn, deadline=time.monotonic() + 2.0)
             except (OSError, EOFError, ValueError):
                 msg = None
             if isinstance(msg, dict) and msg.get("go") is True:
-                os.write(self.waiting.pop(pid), b"g")
-                self.served += 1
+                go = self.waiting.pop(pid)
+                try:
+                    os.write(go, b"g")
+                    self.served += 1
+                except OSError:   # it died before its go: `_reap` tells the client how
+                    pass
+                finally:
+                    os.close(go)
                 return
             self._no_go(pid)
         with contextlib.suppress(KeyError, ValueError):
             sel.unregister(conn)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGCONT)   # a command stopped with its client (Ctrl-Z)
 
     def _reap(self, sel) -> None:
         while self.children:
@@ -749,12 +811,15 @@ def _adopt_forkserver() -> None:
     server.ensure_running = ensure_running
 
 
-def _run_child(main, req: dict, fds: list[int]) -> int:
+def _run_child(main, req: dict, fds: list[int], mask) -> int:
     """In the forked child: become the command the client typed, run it, return its code."""
     import random
     import tempfile
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    ignored = set(req.get("ignored") or ())
+    for sig in _JOB_SIGNALS:   # as Python sets them at start, where the client's shell did not
+        signal.signal(sig, signal.SIG_IGN if int(sig) in ignored else
+                      signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     os.environ.clear()
     os.environ.update(req["env"])
     # local workers fork from the server's forkserver (its umask, the server's log as output):
@@ -768,5 +833,12 @@ def _run_child(main, req: dict, fds: list[int]) -> int:
         sys.modules["numpy"].random.seed()
     _reopen_std(fds, req.get("fds") or [True, True, True])
     sys.argv = [req.get("argv0") or "gpupipe", *req["argv"]]
+    if req.get("sys_path"):   # the script's directory (``python -m``: the working directory)
+        sys.path[0] = req["sys_path"][0]
     _adopt_forkserver()
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)   # what was relayed before the go
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     return main(req["argv"])

@@ -310,3 +310,84 @@ def test_a_killed_server_takes_its_command_along(srv, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _served_validate(srv, tmp_path, **kw) -> tuple[subprocess.Popen, psutil.Process]:
+    """A served ``gpupipe validate /dev/stdin`` that waits for its input, and its process."""
+    proc = subprocess.Popen([GPUPIPE, "validate", "/dev/stdin"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=srv.env, **kw)
+    end = time.monotonic() + 30
+    while not srv.status()["running"]:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < end
+        time.sleep(0.02)
+    return proc, _command(srv)
+
+
+def test_commands_leak_no_descriptor_and_a_sigkill_ends_the_client_so(srv, one_doc, tmp_path):
+    srv.start()
+    fds = len(os.listdir(f"/proc/{srv.pid}/fd"))
+    for _ in range(4):
+        r = srv.gpupipe("validate", str(one_doc))
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert srv.status()["served"] == 4
+    assert len(os.listdir(f"/proc/{srv.pid}/fd")) == fds
+    # the kernel's OOM killer, or kill -9: the client ends by SIGKILL too, without a word
+    proc, child = _served_validate(srv, tmp_path)
+    child.kill()
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL and err == b""
+
+
+def test_signals_the_shell_ignores_stay_ignored(srv, one_doc, tmp_path):
+    """``nohup gpupipe run ... &``: a hangup ends neither the client nor the command."""
+    srv.start()
+    proc, child = _served_validate(
+        srv, tmp_path, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        proc.send_signal(signal.SIGHUP)
+        child.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert proc.poll() is None and _alive(child.pid)
+        out, err = proc.communicate(one_doc.read_bytes(), timeout=30)
+        assert proc.returncode == 0 and b"valid" in out, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_stopped_command_whose_client_was_killed_ends(srv, tmp_path):
+    srv.start()
+    proc, child = _served_validate(srv, tmp_path)
+    try:
+        proc.send_signal(signal.SIGTSTP)
+        _until_state(child.pid, "T")
+        proc.kill()
+        proc.wait(10)
+        child.wait(20)   # SIGTERM, then SIGCONT so that it acts on it
+        assert srv.status()["running"] == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_descriptors_only_the_client_holds_and_other_groups_run_without_it(srv, one_doc,
+                                                                          tmp_path):
+    srv.start()
+    fd = os.open(one_doc, os.O_RDONLY)
+    try:
+        r = subprocess.run([GPUPIPE, "validate", f"/dev/fd/{fd}"], capture_output=True,
+                           text=True, env=srv.env, pass_fds=(fd,), timeout=60)
+    finally:
+        os.close(fd)
+    assert r.returncode == 0 and "valid" in r.stdout
+    assert r.stderr == (f"gpupipe: not using the server (the command names descriptor {fd}, "
+                        f"which only this process holds); running the command here\n")
+    if os.geteuid() != 0:
+        pytest.skip("changing the group needs root")
+    r = srv.gpupipe("validate", str(one_doc), preexec_fn=lambda: os.setgid(4321))
+    assert r.returncode == 0 and "valid" in r.stdout
+    assert r.stderr == ("gpupipe: not using the server (the process settings differ "
+                        "(groups); `gpupipe server stop` and start it again from this "
+                        "shell); running the command here\n")
+    assert srv.status()["served"] == 0
