@@ -26,12 +26,12 @@ The server refuses a request, and the client runs the command itself as before (
 once per command), when what the server imported could differ from what the command would
 import: another ``sys.path``, an environment that differs in a variable read at import
 (`IMPORT_ENV`: ``DASK_*``, ``NUMBA_*``, ``PYTHON*``, ``GPUPIPE_*``, ...), other process
-settings (resource limits, CPU affinity, cgroup, nice value, groups, capabilities,
-namespaces, interpreter flags: `process_settings`), a descriptor named in the arguments that
-only the client holds (``/dev/fd/63`` of ``<(cmd)``), or a changed file: of gpupipe, of any module the server imported, of
-dask's configuration, or a package directory on ``sys.path`` (an edit, a ``pip install``: the
-server then also stops). Only the same user may connect: the socket's directory is private,
-and each side checks the other's uid.
+settings (resource limits, CPU affinity, cgroup, nice value, groups, capabilities, namespaces,
+interpreter flags: `process_settings`), a descriptor named in the arguments that only the
+client holds (``/dev/fd/63`` of ``<(cmd)``), or a changed file: of gpupipe, of any module the
+server imported, of dask's configuration, or a package directory on ``sys.path`` (an edit, a
+``pip install``: the server then also stops). Only the same user may connect: the socket's
+directory is private, and each side checks the other's uid.
 
 The server ends after ``--idle-timeout`` seconds without a command (default one hour), on
 ``gpupipe server stop``, or on SIGTERM; a run under way finishes first. One server runs per
