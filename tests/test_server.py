@@ -194,9 +194,8 @@ def _until_state(pid: int, state: str) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "client-killed", "sigterm", "ctrl-z"])
-def test_interrupting_the_client_stops_the_served_command(srv, tmp_path, how):
-    srv.start()
+def _served_run(srv, tmp_path) -> tuple[subprocess.Popen, Path]:
+    """A served ``gpupipe run`` of english_web, once its cluster starts; its stderr's file."""
     err = tmp_path / "err"
     with open(err, "w") as f:
         proc = subprocess.Popen([GPUPIPE, "run", "pipelines/english_web.yaml", "-o",
@@ -204,6 +203,17 @@ def test_interrupting_the_client_stops_the_served_command(srv, tmp_path, how):
                                 env=srv.env, cwd=REPO)
     try:
         _until(err, "starting a local Dask cluster", proc)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, err
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "client-killed", "sigterm", "ctrl-z"])
+def test_interrupting_the_client_stops_the_served_command(srv, tmp_path, how):
+    srv.start()
+    proc, err = _served_run(srv, tmp_path)
+    try:
         assert srv.status()["running"] == 1
         if how == "ctrl-z":   # the command stops with the client, and goes on with it
             child = _command(srv).pid
@@ -291,13 +301,8 @@ def test_the_command_has_the_client_s_umask_and_settings(srv, one_doc, tmp_path)
 
 def test_a_killed_server_takes_its_command_along(srv, tmp_path):
     srv.start()
-    err = tmp_path / "err"
-    with open(err, "w") as f:
-        proc = subprocess.Popen([GPUPIPE, "run", "pipelines/english_web.yaml", "-o",
-                                 str(tmp_path / "run")], stdout=subprocess.DEVNULL, stderr=f,
-                                env=srv.env, cwd=REPO)
+    proc, err = _served_run(srv, tmp_path)
     try:
-        _until(err, "starting a local Dask cluster", proc)
         tree = psutil.Process(srv.pid).children(recursive=True)
         os.kill(srv.pid, signal.SIGKILL)
         assert proc.wait(30) == 1
