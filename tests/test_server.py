@@ -194,13 +194,27 @@ def _until_state(pid: int, state: str) -> None:
         time.sleep(0.02)
 
 
+def _as_typed(*ignore: int):
+    """A ``preexec_fn``: the signals a command typed at an interactive shell starts with (a
+    test run in the background inherits SIGINT and SIGQUIT ignored), ``ignore`` ignored."""
+    def preexec():
+        for sig in server._JOB_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN if sig in ignore else signal.SIG_DFL)
+    return preexec
+
+
+#: ... and a process group of its own, as a shell job has: one whose parent is outside it (an
+#: orphaned group, such as that of a test run in the background, never stops on SIGTSTP)
+JOB = {"process_group": 0}
+
+
 def _served_run(srv, tmp_path) -> tuple[subprocess.Popen, Path]:
     """A served ``gpupipe run`` of english_web, once its cluster starts; its stderr's file."""
     err = tmp_path / "err"
     with open(err, "w") as f:
         proc = subprocess.Popen([GPUPIPE, "run", "pipelines/english_web.yaml", "-o",
                                  str(tmp_path / "run")], stdout=subprocess.DEVNULL, stderr=f,
-                                env=srv.env, cwd=REPO)
+                                env=srv.env, cwd=REPO, preexec_fn=_as_typed(), **JOB)
     try:
         _until(err, "starting a local Dask cluster", proc)
     except BaseException:
@@ -317,10 +331,11 @@ def test_a_killed_server_takes_its_command_along(srv, tmp_path):
             proc.kill()
 
 
-def _served_validate(srv, tmp_path, **kw) -> tuple[subprocess.Popen, psutil.Process]:
+def _served_validate(srv, tmp_path, ignore=()) -> tuple[subprocess.Popen, psutil.Process]:
     """A served ``gpupipe validate /dev/stdin`` that waits for its input, and its process."""
     proc = subprocess.Popen([GPUPIPE, "validate", "/dev/stdin"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=srv.env, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=srv.env,
+                            preexec_fn=_as_typed(*ignore), **JOB)
     end = time.monotonic() + 30
     while not srv.status()["running"]:
         assert proc.poll() is None, proc.communicate()
@@ -336,7 +351,10 @@ def test_commands_leak_no_descriptor_and_a_sigkill_ends_the_client_so(srv, one_d
         r = srv.gpupipe("validate", str(one_doc))
         assert r.returncode == 0 and r.stderr == "", r.stderr
     assert srv.status()["served"] == 4
-    assert len(os.listdir(f"/proc/{srv.pid}/fd")) == fds
+    end = time.monotonic() + 10   # the last connection closes just after its client got its end
+    while len(os.listdir(f"/proc/{srv.pid}/fd")) != fds:
+        assert time.monotonic() < end, (os.listdir(f"/proc/{srv.pid}/fd"), fds)
+        time.sleep(0.05)
     # the kernel's OOM killer, or kill -9: the client ends by SIGKILL too, without a word
     proc, child = _served_validate(srv, tmp_path)
     child.kill()
@@ -348,7 +366,7 @@ def test_signals_the_shell_ignores_stay_ignored(srv, one_doc, tmp_path):
     """``nohup gpupipe run ... &``: a hangup ends neither the client nor the command."""
     srv.start()
     proc, child = _served_validate(
-        srv, tmp_path, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+        srv, tmp_path, ignore=(signal.SIGHUP,))
     try:
         proc.send_signal(signal.SIGHUP)
         child.send_signal(signal.SIGHUP)
