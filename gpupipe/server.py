@@ -242,12 +242,6 @@ def forward(argv: list[str]) -> int | None:
         cwd = os.getcwd()
     except OSError:   # a directory removed under the shell: the command itself says so
         return None
-    named = sorted({int(m) for arg in argv for m in _FD_PATH.findall(arg) if int(m) > 2})
-    if named:   # process substitution, ``3<file``: only this process has them
-        print(f"gpupipe: not using the server (the command names descriptor "
-              f"{', '.join(map(str, named))}, which only this process holds); running the "
-              f"command here", file=sys.stderr)
-        return None
     # what the shell set to be ignored (``nohup``, ``cmd &`` in a script) stays ignored
     ignored = [int(sig) for sig in _JOB_SIGNALS if signal.getsignal(sig) == signal.SIG_IGN]
     sock = socket_path()
@@ -258,6 +252,12 @@ def forward(argv: list[str]) -> int | None:
         uid = _peer_uid(conn)
         if uid is not None and uid != os.getuid():
             print(f"gpupipe: not using the server at {sock}: it runs as uid {uid}; running "
+                  f"the command here", file=sys.stderr)
+            return None
+        named = sorted({int(m) for arg in argv for m in _FD_PATH.findall(arg) if int(m) > 2})
+        if named:   # process substitution, ``3<file``: only this process has them
+            print(f"gpupipe: not using the server (the command names descriptor "
+                  f"{', '.join(map(str, named))}, which only this process holds); running "
                   f"the command here", file=sys.stderr)
             return None
         mask = os.umask(0o022)
@@ -356,10 +356,11 @@ def _ended(reply: dict) -> int:
 
 
 def _end(pid: int, timeout: float = 10.0) -> bool:
-    """SIGTERM ``pid`` and wait until it is gone; False when it outlives ``timeout``."""
+    """SIGTERM ``pid`` (SIGKILL where this process ignores SIGTERM, and so does the command)
+    and wait until it is gone; False when it outlives ``timeout``."""
     end = time.monotonic() + timeout
     with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, _ending(signal.getsignal(signal.SIGTERM) == signal.SIG_IGN))
         os.kill(pid, signal.SIGCONT)   # a stopped process acts on it only when continued
         while time.monotonic() < end:
             os.kill(pid, 0)
@@ -526,6 +527,7 @@ class _Server:
         self.stamp = _code_stamp(self.files)
         self.children: dict[int, socket.socket] = {}  # child pid -> its client's connection
         self.waiting: dict[int, int] = {}   # child pid -> the pipe its go is written to
+        self.ending: dict[int, int] = {}   # child pid -> the signal that ends it (`_ending`)
         self.served = 0
         self.stopping: str | None = None
 
@@ -645,6 +647,7 @@ class _Server:
             if "changed since the server started" in why:
                 self._stop("its code changed")
             raise _Refused(why)
+        ending = _ending(int(signal.SIGTERM) in (req.get("ignored") or ()))
         go_r, go_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -662,7 +665,7 @@ class _Server:
             os.close(go_w)
             raise _Refused(f"the server cannot fork ({e})") from None
         if pid == 0:
-            self._become_child(conn, sel, go_r, go_w)
+            self._become_child(conn, sel, go_r, go_w, ending)
             raise _Served(req, fds, mask)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(go_r)
@@ -671,13 +674,14 @@ class _Server:
         fds.clear()
         self.children[pid] = conn
         self.waiting[pid] = go_w
+        self.ending[pid] = ending
         try:
             _send(conn, {"pid": pid})
             sel.register(conn, 1, pid)   # selectors.EVENT_READ: the client's go
         except OSError:   # the client left already: the child ends without running
             self._no_go(pid)
 
-    def _become_child(self, conn, sel, go_r: int, go_w: int) -> None:
+    def _become_child(self, conn, sel, go_r: int, go_w: int, ending: int) -> None:
         """In the forked child: keep none of the server's descriptors and handlers, then wait
         for the client's go (the pipe closes without one when the client gave up), signals
         still blocked (`_run_child` unblocks them)."""
@@ -693,7 +697,7 @@ class _Server:
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        _die_with_parent(self.pid)
+        _die_with_parent(self.pid, ending)
         go = b""
         with contextlib.suppress(OSError):
             go = os.read(go_r, 1)
@@ -727,7 +731,7 @@ class _Server:
         with contextlib.suppress(KeyError, ValueError):
             sel.unregister(conn)
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, self.ending.get(pid, signal.SIGTERM))
             os.kill(pid, signal.SIGCONT)   # a command stopped with its client (Ctrl-Z)
 
     def _reap(self, sel) -> None:
@@ -742,6 +746,7 @@ class _Server:
             if conn is None:
                 continue   # not a command: the forkserver
             self._no_go(pid)
+            self.ending.pop(pid, None)
             code = os.waitstatus_to_exitcode(status)
             with contextlib.suppress(KeyError, ValueError):
                 sel.unregister(conn)
@@ -755,13 +760,19 @@ class _Refused(Exception):
     """A request the server does not run: the client runs the command itself."""
 
 
-def _die_with_parent(parent: int) -> None:
-    """Linux: this process gets SIGTERM when the server dies (``PR_SET_PDEATHSIG``), so a
+def _ending(term_ignored: bool) -> int:
+    """The signal that ends a command whose client is gone: SIGTERM, or SIGKILL for one that
+    ignores SIGTERM (its client's shell ignored it)."""
+    return signal.SIGKILL if term_ignored else signal.SIGTERM
+
+
+def _die_with_parent(parent: int, sig: int) -> None:
+    """Linux: this process gets ``sig`` when the server dies (``PR_SET_PDEATHSIG``), so a
     command never outlives a server that was killed."""
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig)   # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
     if os.getppid() != parent:   # it died before the call

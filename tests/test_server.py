@@ -332,12 +332,14 @@ def test_a_killed_server_takes_its_command_along(srv, tmp_path):
 
 
 def _served_validate(srv, tmp_path, ignore=()) -> tuple[subprocess.Popen, psutil.Process]:
-    """A served ``gpupipe validate /dev/stdin`` that waits for its input, and its process."""
+    """A served ``gpupipe validate /dev/stdin`` that waits for its input, and its process,
+    once it started (the client sent its go, so its signals are relayed)."""
+    served = srv.status()["served"]
     proc = subprocess.Popen([GPUPIPE, "validate", "/dev/stdin"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=srv.env,
                             preexec_fn=_as_typed(*ignore), **JOB)
     end = time.monotonic() + 30
-    while not srv.status()["running"]:
+    while srv.status()["served"] == served:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < end
         time.sleep(0.02)
@@ -379,15 +381,18 @@ def test_signals_the_shell_ignores_stay_ignored(srv, one_doc, tmp_path):
             proc.kill()
 
 
-def test_a_stopped_command_whose_client_was_killed_ends(srv, tmp_path):
+@pytest.mark.parametrize("ignore", [(), (signal.SIGTERM,)], ids=["", "sigterm-ignored"])
+def test_a_stopped_command_whose_client_was_killed_ends(srv, tmp_path, ignore):
+    """SIGTERM, then SIGCONT so that it acts on it; SIGKILL for a command that ignores SIGTERM
+    (as its client's shell did)."""
     srv.start()
-    proc, child = _served_validate(srv, tmp_path)
+    proc, child = _served_validate(srv, tmp_path, ignore)
     try:
         proc.send_signal(signal.SIGTSTP)
         _until_state(child.pid, "T")
         proc.kill()
         proc.wait(10)
-        child.wait(20)   # SIGTERM, then SIGCONT so that it acts on it
+        child.wait(20)
         assert srv.status()["running"] == 0
     finally:
         if proc.poll() is None:
