@@ -288,7 +288,7 @@ def forward(argv: list[str]) -> int | None:
             ended = None
             with contextlib.suppress(OSError, EOFError, ValueError):
                 ended = _recv(conn, deadline=time.monotonic() + 1.0)
-            _relay_to(None, restore=before)
+            _restore(before)
             if isinstance(ended, dict) and "exit" in ended:   # a signal relayed to it
                 return _ended(ended)
             print(f"gpupipe: the server at {sock} went away ({e}); running the command here",
@@ -297,16 +297,10 @@ def forward(argv: list[str]) -> int | None:
         return _wait(conn, child, before)
 
 
-def _relay_to(child: int | None, ignored=(), restore: dict | None = None) -> None:
+def _relay_to(child: int, ignored=()) -> None:
     """Signals the client gets go to the command's process ``child``, except those the
-    client ignores (``ignored``); None: the handlers in ``restore`` again. Ctrl-Z stops the
-    command, then the client, as a shell job; ``fg`` or ``bg`` resumes both."""
-    if child is None:
-        for sig, handler in (restore or {}).items():
-            with contextlib.suppress(OSError, ValueError, TypeError):
-                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-        return
-
+    client ignores (``ignored``). Ctrl-Z stops the command, then the client, as a shell job;
+    ``fg`` or ``bg`` resumes both."""
     def relay(signum, _frame):
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signum)
@@ -327,6 +321,13 @@ def _relay_to(child: int | None, ignored=(), restore: dict | None = None) -> Non
         signal.signal(signal.SIGTSTP, suspend)
 
 
+def _restore(handlers: dict) -> None:
+    """The signal handlers ``handlers`` (``signal.getsignal`` of each) again."""
+    for sig, handler in handlers.items():
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
 def _wait(conn: socket.socket, child: int, before: dict) -> int:
     """Relay signals to the child until the server reports how it ended; a command killed by
     a signal ends the client by the same signal, as the shell would see it without the
@@ -335,12 +336,12 @@ def _wait(conn: socket.socket, child: int, before: dict) -> int:
     try:
         reply = _recv(conn)
     except (OSError, EOFError, ValueError):
-        _relay_to(None, restore=before)
+        _restore(before)
         stopped = _end(child)
         print(f"gpupipe: the server ended while it ran the command; the command "
               f"{'was stopped' if stopped else f'(pid {child}) still runs'}", file=sys.stderr)
         return 1
-    _relay_to(None, restore=before)
+    _restore(before)
     return _ended(reply)
 
 
@@ -414,7 +415,8 @@ def _code_stamp(files: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
 
 def _loaded_files() -> tuple[str, ...]:
     """The files of every module imported, and dask's configuration directories and files
-    (read at import: ``~/.config/dask``, ``/etc/dask``, ``$DASK_CONFIG``)."""
+    (read at import: ``~/.config/dask``, ``/etc/dask``, ``$DASK_CONFIG``); not gpupipe's own,
+    which `_code_stamp` walks."""
     files = {m.__file__ for m in list(sys.modules.values())
              if isinstance(getattr(m, "__file__", None), str)}
     with contextlib.suppress(ImportError, AttributeError):
@@ -425,7 +427,8 @@ def _loaded_files() -> tuple[str, ...]:
                 files.add(d)
                 files.update(os.path.join(d, f) for f in os.listdir(d)
                              if f.endswith((".yaml", ".yml", ".json")))
-    return tuple(sorted(f for f in files if os.path.exists(f)))
+    root = os.path.join(_package_dir(), "")
+    return tuple(sorted(f for f in files if os.path.exists(f) and not f.startswith(root)))
 
 
 def _import_env(env: dict[str, str]) -> dict[str, str]:
@@ -682,9 +685,10 @@ class _Server:
             self._no_go(pid)
 
     def _become_child(self, conn, sel, go_r: int, go_w: int, ending: int) -> None:
-        """In the forked child: keep none of the server's descriptors and handlers, then wait
-        for the client's go (the pipe closes without one when the client gave up), signals
-        still blocked (`_run_child` unblocks them)."""
+        """In the forked child: keep none of the server's descriptors, then wait for the
+        client's go (the pipe closes without one when the client gave up). The server's
+        signal handlers stay until `_run_child` sets the command's: until then, every signal
+        they or the command handle is blocked."""
         for other in (*self.children.values(), conn):
             other.close()
         for w in (*self.waiting.values(), go_w, self.lock):
@@ -695,8 +699,6 @@ class _Server:
         os.close(wake_r)
         os.close(wake_w)
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
         _die_with_parent(self.pid, ending)
         go = b""
         with contextlib.suppress(OSError):
@@ -831,6 +833,7 @@ def _run_child(main, req: dict, fds: list[int], mask) -> int:
     for sig in _JOB_SIGNALS:   # as Python sets them at start, where the client's shell did not
         signal.signal(sig, signal.SIG_IGN if int(sig) in ignored else
                       signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)   # not the server's
     os.environ.clear()
     os.environ.update(req["env"])
     # local workers fork from the server's forkserver (its umask, the server's log as output):

@@ -264,5 +264,6 @@ def extract_with_timeout(name: str, options: dict, htmls: list[str], timeout: fl
             raise RuntimeError(f"{error}, twice, before the helper started a document")
     return out
 
+
 if __name__ == "__main__":
     _child_main()
