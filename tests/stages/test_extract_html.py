@@ -4,6 +4,9 @@ past the timeout is dropped without holding the others, and its helper process i
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 
 import numpy as np
@@ -79,11 +82,20 @@ def pooled() -> dict:
     return getattr(html_extract._helpers, "pool", {})
 
 
+#: the pool's key of the stage's default Resiliparse options
+RESILIPARSE = ("resiliparse", tuple(sorted(ExtractHtml().options().items())))
+
+
 def resiliparse_helper() -> int | None:
     """The pid of the helper this thread keeps for the stage's default Resiliparse options."""
-    key = ("resiliparse", tuple(sorted(ExtractHtml().options().items())))
-    helper = pooled().get(key)
+    helper = pooled().get(RESILIPARSE)
     return helper.proc.pid if helper is not None and helper.alive() else None
+
+
+def started_helper(htmls, timeout: float) -> html_extract.Helper:
+    """The Resiliparse helper this thread keeps, started by extracting one page."""
+    run(htmls[:1], timeout=timeout)
+    return pooled()[RESILIPARSE]
 
 
 @pytest.fixture(autouse=True)
@@ -227,13 +239,7 @@ def test_timeouts_in_a_row_and_at_the_ends(htmls, own_helpers):
 def test_a_helper_killed_on_a_page_sets_that_page_aside(htmls, own_helpers):
     """A helper that dies on a page (the kernel's OOM killer) costs that page alone: it is an
     ``extract_error`` naming the death, and a new helper extracts the rest."""
-    import os
-    import signal
-    import threading
-
-    run(htmls[:1], timeout=30.0)
-    key = ("resiliparse", tuple(sorted(ExtractHtml().options().items())))
-    helper = pooled()[key]
+    helper = started_helper(htmls, 30.0)
     target = helper._started() + 4   # SLOW, the fourth page
 
     def kill_on_slow():
@@ -254,18 +260,11 @@ def test_a_helper_killed_on_a_page_sets_that_page_aside(htmls, own_helpers):
                                                                                    helper.proc.pid)
 
 
-
 def test_a_helper_paused_before_a_partition_is_no_timeout(htmls, own_helpers):
     """The clock of a page starts when the helper starts it: a helper that takes longer than
     the timeout to take the partition in (a big one, a loaded machine; here SIGSTOPped) times
     nothing out, and every page is extracted by it."""
-    import os
-    import signal
-    import threading
-
-    run(htmls[:1], timeout=0.3)
-    key = ("resiliparse", tuple(sorted(ExtractHtml().options().items())))
-    helper = pooled()[key]
+    helper = started_helper(htmls, 0.3)
     os.kill(helper.proc.pid, signal.SIGSTOP)
     waker = threading.Timer(1.5, os.kill, (helper.proc.pid, signal.SIGCONT))
     waker.start()
@@ -281,13 +280,7 @@ def test_a_helper_paused_before_a_partition_is_no_timeout(htmls, own_helpers):
 def test_a_helper_killed_while_the_partition_is_sent_costs_nothing(htmls, own_helpers):
     """A helper that dies before it starts a page of the partition (killed while the worker
     writes the partition to it) costs no page: a new helper extracts them all."""
-    import os
-    import signal
-    import threading
-
-    run(htmls[:1], timeout=30.0)
-    key = ("resiliparse", tuple(sorted(ExtractHtml().options().items())))
-    helper = pooled()[key]
+    helper = started_helper(htmls, 30.0)
     first = helper.proc.pid
     os.kill(first, signal.SIGSTOP)   # its pipe fills: the worker's write blocks
     killer = threading.Timer(1.0, os.kill, (first, signal.SIGKILL))
