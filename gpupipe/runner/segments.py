@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
+import warnings
 
 from gpupipe.io.parquet import ParquetSource
 from gpupipe.io.writer import remove_partial, write_json
@@ -15,6 +17,7 @@ from gpupipe.runner.plan import Segment, rejected_directory
 from gpupipe.runner.resume import load_state, reset, work_dir
 from gpupipe.runner.stats import ReadStats, StageStats, merge_profiles, merge_stages
 from gpupipe.runner.tasks import (
+    ATTEMPTS,
     marker_path,
     part_name,
     run_row_partition,
@@ -150,6 +153,21 @@ def _source_accounting(read_reports: list[dict], stage_stats: list[StageStats]) 
     return dict(sorted(out.items()))
 
 
+def _given(value):
+    return value
+
+
+def ship(client, value):
+    """A future of ``value`` for the tasks that need it: sent once with the graph and fetched by
+    each worker once, not with each task (a stage may carry an index). It is a task, not
+    scattered data, so the scheduler computes it again when every worker holding it died (the
+    only worker, that a page of extract_html ended): scattered data would be lost, and the
+    tasks that need it cancelled."""
+    with warnings.catch_warnings():   # the index is large on purpose, and sent only once
+        warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
+        return client.submit(_given, value, pure=False)
+
+
 def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir, bar,
                      filter_rejected=None, backend: str = "pandas", error_dirs=None):
     n = source.npartitions
@@ -171,14 +189,14 @@ def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir
             if note:
                 log.info("[%s] %s: %s", seg.index, st.stage_name, note)
         stages = list(zip(seg.positions, seg.stages))
-        # shipped to every worker once, not with each task (a stage may carry an index)
-        [stages] = client.scatter([stages], broadcast=True, hash=False)
+        stages = ship(client, stages)
         futures = client.map(run_row_partition, todo, source=source, stages=stages,
                              out_dir=directory, stats_dir=stats_dir, rejected_dir=rejected_dir,
                              filter_rejected=filter_rejected, backend=backend,
                              error_dirs=error_dirs,
                              key=[f"gpupipe-{seg.name}-{fp}-{i}" for i in todo], pure=False)
         reports.extend(gather(futures, bar, seg.name))
+    shutil.rmtree(os.path.join(directory, ATTEMPTS), ignore_errors=True)
     reports.sort(key=lambda r: r["partition"])
     return reports, len(todo)
 

@@ -10,6 +10,7 @@ from gpupipe.faults import failpoint
 from gpupipe.frame import TEXT
 from gpupipe.io.writer import write_json, write_parquet
 from gpupipe.runner.stats import ReadStats, StageStats, profile
+from gpupipe.stages.base import TASK, TaskPlace
 
 
 def part_name(i: int) -> str:
@@ -70,10 +71,40 @@ def source_counts(df) -> dict[str, int] | None:
     return {str(k): int(v) for k, v in names.value_counts().items()}
 
 
+def expendable_for() -> float:
+    """`TaskPlace.expendable_for` of a task in this thread: half the scheduler's worker-ttl (as
+    this process's Dask configuration gives it) in a Dask worker that runs one task at a time and
+    has a nanny; 0 elsewhere."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):   # not in a Dask worker's task
+        return 0.0
+    if worker.nanny is None or worker.state.nthreads != 1:
+        return 0.0
+    import dask.config
+    from dask.utils import parse_timedelta
+
+    ttl = dask.config.get("distributed.scheduler.worker-ttl")
+    return float("inf") if ttl is None else parse_timedelta(ttl) / 2
+
+
+#: the directory of a row segment where its tasks' stages leave marks for their next attempt
+#: (`TaskPlace.path`); removed when the segment is complete
+ATTEMPTS = "_attempts"
+
+
+def attempt_path(out_dir: str, i: int) -> str:
+    """`TaskPlace.path` of partition ``i``'s row task."""
+    return os.path.join(out_dir, ATTEMPTS, part_name(i))
+
+
 def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
                       rejected_dir: str | None, filter_rejected: dict[int, str] | None = None,
                       backend: str = "pandas", error_dirs: dict[int, str] | None = None) -> dict:
     """Read partition ``i``, run the fused stages, write the result, then the stats and marker.
+    The stages are told where they run (`TASK`).
 
     On the cuDF backend the partition is read into GPU memory when the first stage runs there
     (on the host otherwise), and written from whichever side the last stage left it on: both
@@ -99,7 +130,11 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
         source, "on_error", "fail")
     errors = {pos: os.path.join(d, "errors", part_name(i) + ".parquet")
               for pos, d in (error_dirs or {}).items()}
-    df, stats = run_stages(result.frame, stages, where, files, backend, policy, errors)
+    token = TASK.set(TaskPlace(attempt_path(out_dir, i), expendable_for()))
+    try:
+        df, stats = run_stages(result.frame, stages, where, files, backend, policy, errors)
+    finally:
+        TASK.reset(token)
     report["stages"] = [s.to_json() for s in stats]
     write_parquet(dispatch.arrow_table(df), os.path.join(out_dir, part_name(i) + ".parquet"))
     report["docs_out"] = len(df)

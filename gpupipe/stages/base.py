@@ -14,6 +14,7 @@ Stages never import Dask or the runner.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from typing import Any, ClassVar, Literal
 
@@ -100,6 +101,28 @@ class CheckContext:
     earlier: tuple = ()
     #: columns the input carries besides id and text (``input.columns``)
     input_columns: frozenset = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskPlace:
+    """The row task a stage runs in, as the runner tells it (`TASK`)."""
+
+    #: a path of the task's own in the run directory (``<segment>/_attempts/part-NNNNN``), to
+    #: which a stage adds a suffix of its own: a file it leaves there (making the directory) is
+    #: found by the next attempt at the same partition, on any worker, after the process of
+    #: this one died
+    path: str
+    #: seconds the task may hold its process unresponsive and may then end it: the process is
+    #: a Dask worker running one task at a time, which its nanny replaces when it dies (the
+    #: scheduler gives the task to a worker again), and the scheduler drops a worker silent for
+    #: twice this; 0 when ending the process would lose work (more threads, no nanny)
+    expendable_for: float = 0.0
+
+
+#: the row task in progress in this thread, set by the runner around it; None elsewhere
+#: (preview, explain, a stage called from Python)
+TASK: contextvars.ContextVar[TaskPlace | None] = contextvars.ContextVar("gpupipe_task",
+                                                                        default=None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -217,3 +217,18 @@ def test_large_file_blocks_give_the_same_output(client, tmp_path, sample_records
     assert cut.summary["read"]["files"] == 1
     assert read_rows(cut.data_path) == read_rows(whole.data_path)
     assert read_rows(cut.data_path)[0][0].startswith("big.jsonl:")
+
+
+def test_a_task_may_end_only_a_one_thread_worker_under_a_nanny(client):
+    """`expendable_for`: half the worker-ttl in the shared cluster's workers (one thread, a
+    nanny; dask's default ttl of 5 minutes), 0 outside a worker and in a worker without a
+    nanny (a thread of this process)."""
+    from distributed import Client, LocalCluster
+
+    from gpupipe.runner.tasks import expendable_for
+
+    assert client.submit(expendable_for, pure=False).result() == 150.0
+    assert expendable_for() == 0.0
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as threads:
+        assert threads.submit(expendable_for, pure=False).result() == 0.0

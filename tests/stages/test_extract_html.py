@@ -1,11 +1,19 @@
 """extract_html: character for character what the extractor library gives when called directly,
-in the worker (``timeout: null``) and in the helper process; drops by reason; a page that runs
-past the timeout is dropped without holding the others, and its helper process is reaped."""
+in the worker (``timeout: null``), in the helper process, and in the worker under the alarm
+timer; drops by reason; a page that runs past the timeout is dropped without holding the others,
+and its helper process is reaped, or it ends a worker that may end, and the partition's next
+attempt sets it aside (a whole ``gpupipe run``)."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import re
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -18,11 +26,11 @@ from gpupipe.frame import STRING
 from gpupipe.runner.sources import make_source
 from gpupipe.spec import InputSpec
 from gpupipe.stages import ExtractHtml
+from gpupipe.stages.base import TASK, TaskPlace
 from gpupipe.stages.transforms import html_extract
 from tests.conftest import REPO
 
 CRAWL = REPO / "data" / "web" / "docs-crawl.warc.gz"
-TIMEOUTS = [None, 30.0]   # in the worker, and in the helper process
 
 
 def frame(texts) -> pd.DataFrame:
@@ -114,9 +122,27 @@ def own_helpers():
     assert not any(psutil.pid_exists(pid) for pid in pids)
 
 
+@pytest.fixture(params=["in_worker", "helper", "alarm"])
+def timeout(request, tmp_path, own_helpers):
+    """The stage's ``timeout`` for each place extraction runs: in the worker (``null``); in the
+    helper process (30 s, outside a run's task, as in preview); in the worker under the alarm
+    timer (30 s, in a task that may end its process, as in a run's one-thread workers), where
+    no helper starts and no mark or timer is left."""
+    if request.param != "alarm":
+        yield None if request.param == "in_worker" else 30.0
+        return
+    token = TASK.set(TaskPlace(str(tmp_path / "_attempts" / "part-00000"), expendable_for=60.0))
+    try:
+        yield 30.0
+    finally:
+        TASK.reset(token)
+    assert own_helpers() == set() and pooled() == {}
+    assert not (tmp_path / "_attempts" / "part-00000.extract_html").exists()
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
 # -- equality with the library ------------------------------------------------------------------
 
-@pytest.mark.parametrize("timeout", TIMEOUTS, ids=["in_worker", "helper"])
 def test_resiliparse_equals_the_library_on_every_page(htmls, timeout):
     expected = [resiliparse_text(h) for h in htmls]
     assert all(t.strip() for t in expected)   # every page has main text: none is dropped
@@ -126,7 +152,6 @@ def test_resiliparse_equals_the_library_on_every_page(htmls, timeout):
     assert sum(len(t) for t in texts) < sum(len(h) for h in htmls) // 4   # markup is gone
 
 
-@pytest.mark.parametrize("timeout", TIMEOUTS, ids=["in_worker", "helper"])
 def test_trafilatura_equals_the_library(htmls, timeout):
     subset = htmls[::8]   # 15 pages (trafilatura is slow)
     assert len(subset) == 15
@@ -137,7 +162,6 @@ def test_trafilatura_equals_the_library(htmls, timeout):
     assert texts == expected
 
 
-@pytest.mark.parametrize("timeout", TIMEOUTS, ids=["in_worker", "helper"])
 def test_justext_equals_the_library(htmls, timeout):
     subset = htmls[3::8]   # 14 pages
     expected = [justext_text(h) for h in subset]
@@ -155,7 +179,6 @@ EMPTY = ["", "   \n", "<html><body><script>var x = 1;</script></body></html>",
 
 
 @pytest.mark.parametrize("extractor", ["resiliparse", "trafilatura", "justext"])
-@pytest.mark.parametrize("timeout", TIMEOUTS, ids=["in_worker", "helper"])
 def test_no_main_text(htmls, extractor, timeout):
     docs = [EMPTY[0], htmls[0], EMPTY[1], EMPTY[2], htmls[1], EMPTY[3]]
     ids, texts, drops = run(docs, extractor=extractor, timeout=timeout)
@@ -165,7 +188,6 @@ def test_no_main_text(htmls, extractor, timeout):
     assert texts == [fn(htmls[0]), fn(htmls[1])]
 
 
-@pytest.mark.parametrize("timeout", TIMEOUTS, ids=["in_worker", "helper"])
 def test_a_page_the_library_fails_on_is_an_extract_error(htmls, timeout):
     """jusText (lxml) raises "Document is empty" on a page of only a comment; that page is
     dropped as extract_error and the others are extracted."""
@@ -293,6 +315,110 @@ def test_a_helper_killed_while_the_partition_is_sent_costs_nothing(htmls, own_he
     assert ids == [str(i) for i in range(len(docs))] and drops == {}
     assert texts == [resiliparse_text(h) for h in docs]
     assert not psutil.pid_exists(first) and resiliparse_helper() not in (None, first)
+
+
+# -- in a worker that may end: the alarm ---------------------------------------------------------
+
+#: a partition's HTML given to the stage in a task whose process may end (argv: a pickle of the
+#: pages, the task's path, the timeout)
+IN_A_TASK = textwrap.dedent("""
+    import pickle, sys
+    import pandas as pd
+    from gpupipe.frame import STRING
+    from gpupipe.stages import ExtractHtml
+    from gpupipe.stages.base import TASK, TaskPlace
+    with open(sys.argv[1], "rb") as f:
+        docs = pickle.load(f)
+    TASK.set(TaskPlace(sys.argv[2], expendable_for=60.0))
+    df = pd.DataFrame({"id": pd.array([str(i) for i in range(len(docs))], dtype=STRING),
+                       "text": pd.array(docs, dtype=STRING)})
+    print(ExtractHtml(timeout=float(sys.argv[3])).process(df).frame["id"].tolist())
+""")
+
+
+def test_a_page_past_the_alarm_ends_the_process_and_the_next_attempt_sets_it_aside(
+        htmls, tmp_path, own_helpers, caplog):
+    """In a task whose process may end, a page past the timeout ends the process by SIGALRM,
+    even while Resiliparse holds the GIL, and leaves the mark of the attempt; the next attempt
+    at the partition finds it, extracts in a helper process, which sets the page aside, and
+    says so once. The mark is kept: a third attempt would use the helper too."""
+    import pickle
+
+    docs = htmls[:3] + [SLOW] + htmls[3:6]
+    (tmp_path / "docs.pkl").write_bytes(pickle.dumps(docs))
+    task = tmp_path / "_attempts" / "part-00007"
+    ended = subprocess.run([sys.executable, "-c", IN_A_TASK, str(tmp_path / "docs.pkl"),
+                            str(task), str(TIMEOUT)], capture_output=True, text=True,
+                           timeout=120, cwd=REPO)
+    assert ended.returncode == -signal.SIGALRM, ended.stderr
+    assert ended.stdout == ""
+    mark = tmp_path / "_attempts" / "part-00007.extract_html"
+    said = mark.read_text()
+    assert re.fullmatch(r"the last attempt at part-00007 ended with its worker \(pid \d+ on "
+                        r"\S+\) before its 7 pages were extracted, each within 0.8 s: a page "
+                        r"ran past that time, or the worker died\n", said), said
+    token = TASK.set(TaskPlace(str(task), expendable_for=60.0))
+    try:
+        with caplog.at_level(logging.WARNING, logger="gpupipe.stages.transforms.extract_html"):
+            ids, texts, drops = run(docs, timeout=TIMEOUT)
+    finally:
+        TASK.reset(token)
+    assert ids == ["0", "1", "2", "4", "5", "6"] and drops == {"extract_timeout": 1}
+    assert texts == [resiliparse_text(h) for h in htmls[:6]]
+    assert caplog.messages == [f"extract_html: {said.strip()}; this attempt extracts in a "
+                               f"helper process"]
+    assert mark.read_text() == said and own_helpers() == {resiliparse_helper()}
+
+
+@pytest.mark.parametrize("case", ["lease_shorter_than_timeout", "alarm_in_use"])
+def test_where_the_process_may_not_end_a_helper_extracts(htmls, tmp_path, own_helpers, case):
+    """A task that may hold its worker for less than the timeout (a short worker-ttl), or one
+    whose process already handles SIGALRM, extracts in the helper, and leaves no mark."""
+    token = TASK.set(TaskPlace(str(tmp_path / "part-00000"),
+                               expendable_for=10.0 if case == "lease_shorter_than_timeout"
+                               else 60.0))
+    old = signal.signal(signal.SIGALRM, lambda *_: None) if case == "alarm_in_use" else None
+    try:
+        assert run(htmls[:2], timeout=30.0)[1] == [resiliparse_text(h) for h in htmls[:2]]
+    finally:
+        TASK.reset(token)
+        if old is not None:
+            signal.signal(signal.SIGALRM, old)
+    assert own_helpers() == {resiliparse_helper()} != {None}
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_sets_aside_a_page_that_ended_its_worker(htmls, tmp_path):
+    """``gpupipe run`` on its local cluster (one worker, one thread, under a nanny): the slow
+    page ends the worker, the nanny starts another, and the partition's second attempt, in a
+    helper process, sets the page aside; the other pages are the library's text, the run
+    says what happened once, and its directory keeps no mark."""
+    docs = htmls[:3] + [SLOW] + htmls[3:6]
+    (tmp_path / "in.jsonl").write_text("".join(
+        json.dumps({"text": d}) + "\n" for d in docs))
+    (tmp_path / "p.yaml").write_text(textwrap.dedent(f"""\
+        version: 1
+        name: slow-page
+        input: {{path: {tmp_path / "in.jsonl"}}}
+        stages: [{{stage: extract_html, timeout: {TIMEOUT}}}]
+        output: {{path: {tmp_path / "run"}}}
+        """))
+    done = subprocess.run([sys.executable, "-m", "gpupipe.cli", "run", str(tmp_path / "p.yaml"),
+                           "--workers", "1", "--no-progress"], capture_output=True, text=True,
+                          timeout=300, cwd=REPO, env={**os.environ, "GPUPIPE_SERVER": "off"})
+    assert done.returncode == 0, done.stderr
+    said = re.findall(r"extract_html: the last attempt at part-00000 ended with its worker "
+                      r"\(pid \d+ on \S+\) before its 7 pages were extracted, each within "
+                      r"0.8 s: a page ran past that time, or the worker died; this attempt "
+                      r"extracts in a helper process", done.stderr)
+    assert len(said) == 1, done.stderr
+    run_json = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run_json["stages"][0]["drops"] == {"extract_timeout": 1}
+    out = pd.read_parquet(tmp_path / "run" / "data" / "part-00000.parquet")
+    assert out["id"].tolist() == [f"in.jsonl:{line}" for line in (1, 2, 3, 5, 6, 7)]
+    assert out["text"].tolist() == [resiliparse_text(h) for h in htmls[:6]]
+    assert sorted(os.listdir(tmp_path / "run" / "data")) == [
+        "_done", "_segment.json", "part-00000.parquet"]
 
 
 # -- measures and parameters ----------------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
 from typing import Annotated, ClassVar, Literal
 
 import numpy as np
@@ -10,8 +13,10 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from gpupipe.frame import TEXT, string_series, text_array
-from gpupipe.stages.base import Filter, stage
+from gpupipe.stages.base import TASK, Filter, stage
 from gpupipe.stages.transforms import html_extract
+
+log = logging.getLogger(__name__)
 
 
 @stage("extract_html")
@@ -28,12 +33,24 @@ class ExtractHtml(Filter):
     for it, as for any library that reads Python strings).
 
     Documents the extractor returns no text for are dropped as ``no_main_text``, pages it fails
-    on as ``extract_error``. With ``timeout`` (seconds per document) set, extraction runs in a
-    helper process per worker thread, and a page that takes longer is dropped as
-    ``extract_timeout`` instead of holding its worker: the helper is killed and a new one goes
-    on with the next page. Which pages time out depends on the machine's speed, so a run is
-    reproducible only when none does (run.json counts them). ``timeout: null`` extracts in the
-    worker itself, without that protection.
+    on as ``extract_error``. With ``timeout`` (seconds per document) set, a page that takes
+    longer is dropped as ``extract_timeout`` instead of holding its worker:
+
+    * In a run's Dask worker that runs one task at a time under a nanny (the local cluster's,
+      and ``dask worker`` with ``--nthreads 1``), extraction runs in the worker, each page under
+      a real-time timer, when the scheduler's worker-ttl is at least twice the timeout (a page
+      holds its worker silent while it runs). A page past ``timeout`` ends the worker process;
+      its nanny starts a new one, and the partition's next attempt, finding the mark the first
+      one left in the run directory (``_attempts/``), runs in a helper process as below, where
+      the page is set aside. A partition costs at most one worker.
+    * Elsewhere (workers with more threads, ``preview``, a stage called from Python), and for
+      that second attempt, extraction runs in a helper process per thread: a page past the
+      timeout, or one the helper dies on (out of memory), is set aside, the helper is killed,
+      and a new one goes on with the next page.
+
+    Which pages time out depends on the machine's speed, so a run is reproducible only when
+    none does (run.json counts them). ``timeout: null`` extracts in the worker itself, without
+    that protection.
     """
 
     reasons: ClassVar[tuple[str, ...]] = ("no_main_text", "extract_timeout", "extract_error")
@@ -92,16 +109,37 @@ class ExtractHtml(Filter):
 
     def explain_notes(self) -> list[str]:
         where = ("in the worker, no time limit" if self.timeout is None else
-                 f"in a helper process per worker thread, {self.timeout:g} s per document")
+                 f"{self.timeout:g} s per document: in a worker that may end (one thread, a "
+                 f"nanny), else in a helper process per worker thread")
         return [f"{self.extractor} {self.options()}, {where}"]
 
     def _extract(self, df) -> list[tuple[str | None, str | None]]:
-        htmls = df[TEXT].tolist()
+        htmls, options = df[TEXT].tolist(), self.options()
         if self.timeout is None:
-            fn = html_extract.extractor(self.extractor, self.options())
-            return html_extract.extract_all(fn, htmls)
-        return html_extract.extract_with_timeout(self.extractor, self.options(), htmls,
-                                                 self.timeout)
+            return html_extract.extract_all(html_extract.extractor(self.extractor, options),
+                                            htmls)
+        task = TASK.get()
+        if task is None or task.expendable_for < self.timeout or \
+                not html_extract.alarm_usable():
+            return html_extract.extract_with_timeout(self.extractor, options, htmls,
+                                                     self.timeout)
+        mark = f"{task.path}.{self.stage_name}"
+        if os.path.exists(mark):   # an attempt in a worker ended it (a page past its time?)
+            with open(mark) as f:
+                log.warning("extract_html: %s; this attempt extracts in a helper process",
+                            f.read().strip())
+            return html_extract.extract_with_timeout(self.extractor, options, htmls,
+                                                     self.timeout)
+        os.makedirs(os.path.dirname(mark), exist_ok=True)
+        with open(mark, "w") as f:
+            f.write(f"the last attempt at {os.path.basename(task.path)} ended with its worker "
+                    f"(pid {os.getpid()} on {socket.gethostname()}) before its {len(htmls)} "
+                    f"pages were extracted, each within {self.timeout:g} s: a page ran past "
+                    f"that time, or the worker died\n")
+        fn = html_extract.extractor(self.extractor, options)
+        out = html_extract.extract_all(fn, htmls, alarm=self.timeout)
+        os.remove(mark)
+        return out
 
     def evaluate(self, df):
         results = self._extract(df)

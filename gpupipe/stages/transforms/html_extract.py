@@ -1,5 +1,6 @@
-"""HTML -> main text with an extractor library, in this process or in a helper process that a
-per-document timeout can kill (`Extractors`).
+"""HTML -> main text with an extractor library: in this process, with or without a timer that
+ends the process when a document runs past its time (`extract_all`), or in a helper process
+that such a document costs instead (`extract_with_timeout`).
 
 This module imports nothing of gpupipe: the helper process runs it as a script
 (``python -P -c 'runpy.run_path(...)'``), so that it starts in a tenth of a second instead of
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import selectors
+import signal
 import struct
 import subprocess
 import sys
@@ -43,15 +45,33 @@ def extractor(name: str, options: dict):
     raise ValueError(f"unknown extractor {name!r}")
 
 
-def extract_all(fn, htmls) -> list[tuple[str | None, str | None]]:
-    """``(text, None)`` or ``(None, error)`` per document, in this thread."""
+def extract_all(fn, htmls, alarm: float | None = None) -> list[tuple[str | None, str | None]]:
+    """``(text, None)`` or ``(None, error)`` per document, in this thread.
+
+    ``alarm``: seconds each document may take, or this process ends: the document runs under a
+    real-time timer whose SIGALRM, at its default action, ends the process even while the
+    library holds the GIL (Resiliparse does, for a whole document). Only where `alarm_usable`,
+    in a process whose death costs nothing but its time."""
     out = []
-    for html in htmls:
-        try:
-            out.append((fn(html), None))
-        except Exception as e:   # the library's own failure on one page is that page's
-            out.append((None, f"{type(e).__name__}: {e}"[:500]))
+    try:
+        for html in htmls:
+            if alarm:
+                signal.setitimer(signal.ITIMER_REAL, alarm)
+            try:
+                out.append((fn(html), None))
+            except Exception as e:   # the library's own failure on one page is that page's
+                out.append((None, f"{type(e).__name__}: {e}"[:500]))
+    finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
     return out
+
+
+def alarm_usable() -> bool:
+    """Whether `extract_all` may use the real-time timer here: SIGALRM is at its default action
+    (ends the process) and no timer is set."""
+    return (signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+            and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0))
 
 
 # -- the helper process -------------------------------------------------------------------------
