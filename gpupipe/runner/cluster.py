@@ -387,6 +387,9 @@ def _scheduler_lost(client, e: BaseException) -> bool:
 
 
 def gather(futures, bar, label: str) -> list[dict]:
+    """The results of ``futures`` (in the order they finish), advancing ``bar``. Each is
+    released once read: a finished task whose result stayed on a worker would be computed again
+    when that worker dies (and write its files again)."""
     from distributed import as_completed
 
     results = []
@@ -394,6 +397,7 @@ def gather(futures, bar, label: str) -> list[dict]:
         for fut in as_completed(futures):
             try:
                 results.append(fut.result())
+                fut.release()
             except GpupipeError:
                 raise
             except Exception as e:

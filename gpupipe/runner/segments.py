@@ -3,12 +3,14 @@ checkpointed and resumed, with their statistics merged for run.json."""
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
+import pickle
 import shutil
 import time
-import warnings
+import uuid
 
 from gpupipe.io.parquet import ParquetSource
 from gpupipe.io.writer import remove_partial, write_json
@@ -153,19 +155,35 @@ def _source_accounting(read_reports: list[dict], stage_stats: list[StageStats]) 
     return dict(sorted(out.items()))
 
 
-def _given(value):
-    return value
+def ship(stages: list, directory: str) -> str:
+    """Write a row segment's ``(position, stage)`` pairs to a hidden file of its ``directory``
+    (where its tasks write), which each worker process reads once (`tasks.shipped`), instead of
+    sending them with each task (a stage may carry an index). A file rather than Dask data:
+    scattered data is lost when every worker holding it ended (the only one, that a page of
+    extract_html ended), and a task's result would pass through the scheduler and draw the
+    segment's tasks to the worker holding it. Those of a killed run are removed first."""
+    import cloudpickle
+
+    for old in glob.glob(os.path.join(glob.escape(directory), ".stages-*.pickle")):
+        os.remove(old)
+    path = os.path.join(directory, f".stages-{uuid.uuid4().hex}.pickle")
+    with open(path, "wb") as f:
+        cloudpickle.dump(stages, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return path
 
 
-def ship(client, value):
-    """A future of ``value`` for the tasks that need it: sent once with the graph and fetched by
-    each worker once, not with each task (a stage may carry an index). It is a task, not
-    scattered data, so the scheduler computes it again when every worker holding it died (the
-    only worker, that a page of extract_html ended): scattered data would be lost, and the
-    tasks that need it cancelled."""
-    with warnings.catch_warnings():   # the index is large on purpose, and sent only once
-        warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
-        return client.submit(_given, value, pure=False)
+def expendable_for(client, backend: str) -> float:
+    """`TaskPlace.expendable_for` of the tasks of a run: half the scheduler's worker-ttl (a
+    page of extract_html may hold a worker silent that long), unlimited without one; 0 on the
+    cuDF backend (a new CUDA worker is slow to start, and its GPU memory may not be free yet)."""
+    if backend != "pandas":
+        return 0.0
+    try:   # by value (a lambda): the scheduler need not import gpupipe
+        ttl = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.worker_ttl)
+    except Exception as e:   # the extraction's helper process then guards the pages
+        log.debug("the scheduler's worker-ttl is unknown (%s: %s)", type(e).__name__, e)
+        return 0.0
+    return float("inf") if ttl is None else ttl / 2
 
 
 def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir, bar,
@@ -188,15 +206,18 @@ def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir
             note = st.prepare()
             if note:
                 log.info("[%s] %s: %s", seg.index, st.stage_name, note)
-        stages = list(zip(seg.positions, seg.stages))
-        stages = ship(client, stages)
-        futures = client.map(run_row_partition, todo, source=source, stages=stages,
-                             out_dir=directory, stats_dir=stats_dir, rejected_dir=rejected_dir,
-                             filter_rejected=filter_rejected, backend=backend,
-                             error_dirs=error_dirs,
-                             key=[f"gpupipe-{seg.name}-{fp}-{i}" for i in todo], pure=False)
-        reports.extend(gather(futures, bar, seg.name))
-    shutil.rmtree(os.path.join(directory, ATTEMPTS), ignore_errors=True)
+        stages = ship(list(zip(seg.positions, seg.stages)), directory)
+        try:
+            futures = client.map(run_row_partition, todo, source=source, stages=stages,
+                                 out_dir=directory, stats_dir=stats_dir,
+                                 rejected_dir=rejected_dir, filter_rejected=filter_rejected,
+                                 backend=backend, error_dirs=error_dirs,
+                                 expendable_for=expendable_for(client, backend),
+                                 key=[f"gpupipe-{seg.name}-{fp}-{i}" for i in todo], pure=False)
+            reports.extend(gather(futures, bar, seg.name))
+        finally:
+            os.remove(stages)
+            shutil.rmtree(os.path.join(directory, ATTEMPTS), ignore_errors=True)
     reports.sort(key=lambda r: r["partition"])
     return reports, len(todo)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import time
 
 from gpupipe.backends import dispatch
@@ -71,28 +72,22 @@ def source_counts(df) -> dict[str, int] | None:
     return {str(k): int(v) for k, v in names.value_counts().items()}
 
 
-def expendable_for() -> float:
-    """`TaskPlace.expendable_for` of a task in this thread: half the scheduler's worker-ttl (as
-    this process's Dask configuration gives it) in a Dask worker that runs one task at a time and
-    has a nanny; 0 elsewhere."""
+def worker_may_end() -> bool:
+    """Whether this thread runs a task of a Dask worker that runs one task at a time and has a
+    nanny (which starts a new worker when this one ends)."""
     try:
         from distributed import get_worker
 
         worker = get_worker()
     except (ImportError, ValueError):   # not in a Dask worker's task
-        return 0.0
-    if worker.nanny is None or worker.state.nthreads != 1:
-        return 0.0
-    import dask.config
-    from dask.utils import parse_timedelta
-
-    ttl = dask.config.get("distributed.scheduler.worker-ttl")
-    return float("inf") if ttl is None else parse_timedelta(ttl) / 2
+        return False
+    return worker.nanny is not None and worker.state.nthreads == 1
 
 
-#: the directory of a row segment where its tasks' stages leave marks for their next attempt
-#: (`TaskPlace.path`); removed when the segment is complete
-ATTEMPTS = "_attempts"
+#: the hidden directory of a row segment where its tasks' stages leave marks for the next
+#: attempts (`TaskPlace.path`; hidden: a mirror of the run directory leaves it out); removed
+#: when the segment is complete
+ATTEMPTS = ".attempts"
 
 
 def attempt_path(out_dir: str, i: int) -> str:
@@ -100,11 +95,29 @@ def attempt_path(out_dir: str, i: int) -> str:
     return os.path.join(out_dir, ATTEMPTS, part_name(i))
 
 
+#: the stages this worker process loaded (`shipped`): the last file only
+_shipped: dict[str, list] = {}
+
+
+def shipped(path: str) -> list:
+    """The stages `gpupipe.runner.segments.ship` wrote to ``path``, read once per process."""
+    got = _shipped.get(path)
+    if got is None:
+        with open(path, "rb") as f:
+            got = pickle.load(f)
+        _shipped.clear()
+        _shipped[path] = got
+    return got
+
+
 def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
                       rejected_dir: str | None, filter_rejected: dict[int, str] | None = None,
-                      backend: str = "pandas", error_dirs: dict[int, str] | None = None) -> dict:
-    """Read partition ``i``, run the fused stages, write the result, then the stats and marker.
-    The stages are told where they run (`TASK`).
+                      backend: str = "pandas", error_dirs: dict[int, str] | None = None,
+                      expendable_for: float = 0.0) -> dict:
+    """Read partition ``i``, run the fused stages (``(position, stage)`` pairs, or the file
+    `shipped` reads them from), write the result, then the stats and marker. The stages are told
+    where they run (`TASK`): ``expendable_for`` is `TaskPlace.expendable_for` where the worker
+    may end (`worker_may_end`), as the driver found it from the scheduler's worker-ttl.
 
     On the cuDF backend the partition is read into GPU memory when the first stage runs there
     (on the host otherwise), and written from whichever side the last stage left it on: both
@@ -112,6 +125,8 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
     from gpupipe.io.source import read_partition
 
     t0 = time.perf_counter()
+    if isinstance(stages, str):
+        stages = shipped(stages)
     where = f"partition {i} ({source.describe(i)})"
     first = stages[0][1].runs_on(backend) if stages else "pandas"
     result = read_partition(source, i, first)
@@ -130,7 +145,8 @@ def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,
         source, "on_error", "fail")
     errors = {pos: os.path.join(d, "errors", part_name(i) + ".parquet")
               for pos, d in (error_dirs or {}).items()}
-    token = TASK.set(TaskPlace(attempt_path(out_dir, i), expendable_for()))
+    token = TASK.set(TaskPlace(attempt_path(out_dir, i),
+                               expendable_for if worker_may_end() else 0.0))
     try:
         df, stats = run_stages(result.frame, stages, where, files, backend, policy, errors)
     finally:

@@ -220,15 +220,46 @@ def test_large_file_blocks_give_the_same_output(client, tmp_path, sample_records
 
 
 def test_a_task_may_end_only_a_one_thread_worker_under_a_nanny(client):
-    """`expendable_for`: half the worker-ttl in the shared cluster's workers (one thread, a
-    nanny; dask's default ttl of 5 minutes), 0 outside a worker and in a worker without a
-    nanny (a thread of this process)."""
+    """`worker_may_end` in the shared cluster's workers (one thread, a nanny), not outside a
+    worker nor in one without a nanny (a thread of this process); `expendable_for` is half the
+    scheduler's worker-ttl, and 0 on the cuDF backend."""
+    import dask
     from distributed import Client, LocalCluster
 
-    from gpupipe.runner.tasks import expendable_for
+    from gpupipe.runner.segments import expendable_for
+    from gpupipe.runner.tasks import worker_may_end
 
-    assert client.submit(expendable_for, pure=False).result() == 150.0
-    assert expendable_for() == 0.0
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as threads:
-        assert threads.submit(expendable_for, pure=False).result() == 0.0
+    assert client.submit(worker_may_end, pure=False).result() is True
+    assert worker_may_end() is False
+    with dask.config.set({"distributed.scheduler.worker-ttl": "42s"}), \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                         dashboard_address=":0") as cluster, Client(cluster) as threads:
+        assert threads.submit(worker_may_end, pure=False).result() is False
+        assert expendable_for(threads, "pandas") == 21.0
+        assert expendable_for(threads, "cudf") == 0.0
+
+
+def test_gather_releases_each_result_once_read(client):
+    """The scheduler forgets a task once `gather` read its result: kept on a worker, it would
+    be computed again (and write its files again) when that worker ends."""
+    import time
+
+    from gpupipe.runner.cluster import gather
+
+    class Bar:
+        advanced = 0
+
+        def advance(self):
+            self.advanced += 1
+
+    futures = client.map(lambda i: {"i": i}, range(4), pure=False)
+    keys = [f.key for f in futures]
+    bar = Bar()
+    assert sorted(r["i"] for r in gather(futures, bar, "t")) == [0, 1, 2, 3]
+    assert bar.advanced == 4
+    deadline = time.monotonic() + 10
+    while (held := client.run_on_scheduler(
+            lambda dask_scheduler, keys=keys: [k for k in keys if k in dask_scheduler.tasks])) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held == []

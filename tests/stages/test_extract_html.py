@@ -131,13 +131,13 @@ def timeout(request, tmp_path, own_helpers):
     if request.param != "alarm":
         yield None if request.param == "in_worker" else 30.0
         return
-    token = TASK.set(TaskPlace(str(tmp_path / "_attempts" / "part-00000"), expendable_for=60.0))
+    token = TASK.set(TaskPlace(str(tmp_path / ".attempts" / "part-00000"), expendable_for=60.0))
     try:
         yield 30.0
     finally:
         TASK.reset(token)
     assert own_helpers() == set() and pooled() == {}
-    assert not (tmp_path / "_attempts" / "part-00000.extract_html").exists()
+    assert not (tmp_path / ".attempts" / "part-00000.extract_html").exists()
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
@@ -336,89 +336,143 @@ IN_A_TASK = textwrap.dedent("""
 """)
 
 
+def in_a_task(tmp_path, docs, task, timeout) -> subprocess.CompletedProcess:
+    """`IN_A_TASK` in a new process."""
+    import pickle
+
+    (tmp_path / "docs.pkl").write_bytes(pickle.dumps(docs))
+    return subprocess.run([sys.executable, "-c", IN_A_TASK, str(tmp_path / "docs.pkl"),
+                           str(task), str(timeout)], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+
+
+#: what a mark says (a regex), for partition 7 of 7 pages
+SAID = (r"the last attempt at part-00007 ended with its worker \(pid \d+ on \S+\) before its "
+        r"7 pages were extracted, each within 0.8 s: a page ran past that time, or the worker "
+        r"or the run stopped")
+
+
 def test_a_page_past_the_alarm_ends_the_process_and_the_next_attempt_sets_it_aside(
         htmls, tmp_path, own_helpers, caplog):
     """In a task whose process may end, a page past the timeout ends the process by SIGALRM,
     even while Resiliparse holds the GIL, and leaves the mark of the attempt; the next attempt
-    at the partition finds it, extracts in a helper process, which sets the page aside, and
-    says so once. The mark is kept: a third attempt would use the helper too."""
-    import pickle
-
+    at the partition finds it, extracts in a helper process, which sets the page aside, says
+    so once, and keeps the mark as ended: a third attempt uses the helper too."""
     docs = htmls[:3] + [SLOW] + htmls[3:6]
-    (tmp_path / "docs.pkl").write_bytes(pickle.dumps(docs))
-    task = tmp_path / "_attempts" / "part-00007"
-    ended = subprocess.run([sys.executable, "-c", IN_A_TASK, str(tmp_path / "docs.pkl"),
-                            str(task), str(TIMEOUT)], capture_output=True, text=True,
-                           timeout=120, cwd=REPO)
+    task = tmp_path / ".attempts" / "part-00007"
+    ended = in_a_task(tmp_path, docs, task, TIMEOUT)
     assert ended.returncode == -signal.SIGALRM, ended.stderr
     assert ended.stdout == ""
-    mark = tmp_path / "_attempts" / "part-00007.extract_html"
+    mark = tmp_path / ".attempts" / "part-00007.extract_html"
     said = mark.read_text()
-    assert re.fullmatch(r"the last attempt at part-00007 ended with its worker \(pid \d+ on "
-                        r"\S+\) before its 7 pages were extracted, each within 0.8 s: a page "
-                        r"ran past that time, or the worker died\n", said), said
+    assert re.fullmatch(SAID + "\n", said), said
     token = TASK.set(TaskPlace(str(task), expendable_for=60.0))
     try:
         with caplog.at_level(logging.WARNING, logger="gpupipe.stages.transforms.extract_html"):
             ids, texts, drops = run(docs, timeout=TIMEOUT)
+            assert own_helpers() == {resiliparse_helper()} != {None}
+            assert run(htmls[:2], timeout=TIMEOUT)[1] == [resiliparse_text(h) for h in htmls[:2]]
     finally:
         TASK.reset(token)
     assert ids == ["0", "1", "2", "4", "5", "6"] and drops == {"extract_timeout": 1}
     assert texts == [resiliparse_text(h) for h in htmls[:6]]
     assert caplog.messages == [f"extract_html: {said.strip()}; this attempt extracts in a "
                                f"helper process"]
-    assert mark.read_text() == said and own_helpers() == {resiliparse_helper()}
+    assert sorted(os.listdir(task.parent)) == ["part-00007.extract_html.ended"]
+    assert (task.parent / "part-00007.extract_html.ended").read_text() == said
 
 
-@pytest.mark.parametrize("case", ["lease_shorter_than_timeout", "alarm_in_use"])
+def test_the_alarm_is_set_for_each_page(tmp_path):
+    """Six pages of about 0.2 s each, 1.2 s in all, under a timeout of 0.8 s: each page gets its
+    own 0.8 s, so none ends the process (a timer set once per partition would)."""
+    page = "<html><body>" + "<div>" * 4_000 + "x" + "</div>" * 4_000 + "</body></html>"
+    start = time.monotonic()
+    resiliparse_text(page)
+    once = time.monotonic() - start
+    assert 0.05 < once < 0.4, once   # the margins: 2x below the timeout, 6 pages past it
+    done = in_a_task(tmp_path, [page] * 6, tmp_path / ".attempts" / "part-00000", TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "['0', '1', '2', '3', '4', '5']\n"
+    assert list((tmp_path / ".attempts").iterdir()) == []
+
+
+@pytest.mark.parametrize("case", ["lease_shorter_than_timeout", "alarm_in_use", "alarm_blocked",
+                                  "two_partitions_ended"])
 def test_where_the_process_may_not_end_a_helper_extracts(htmls, tmp_path, own_helpers, case):
-    """A task that may hold its worker for less than the timeout (a short worker-ttl), or one
-    whose process already handles SIGALRM, extracts in the helper, and leaves no mark."""
-    token = TASK.set(TaskPlace(str(tmp_path / "part-00000"),
+    """A task that may hold its worker for less than the timeout (a short worker-ttl), one
+    whose process handles SIGALRM already or whose thread blocks it, and the partitions of a
+    segment where two attempts ended with their workers, extract in the helper; they leave no
+    mark."""
+    attempts = tmp_path / ".attempts"
+    attempts.mkdir()
+    if case == "two_partitions_ended":
+        for name in ("part-00003.extract_html.ended", "part-00005.extract_html.ended"):
+            (attempts / name).write_text("ended\n")
+    token = TASK.set(TaskPlace(str(attempts / "part-00000"),
                                expendable_for=10.0 if case == "lease_shorter_than_timeout"
                                else 60.0))
     old = signal.signal(signal.SIGALRM, lambda *_: None) if case == "alarm_in_use" else None
+    if case == "alarm_blocked":
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
     try:
         assert run(htmls[:2], timeout=30.0)[1] == [resiliparse_text(h) for h in htmls[:2]]
     finally:
         TASK.reset(token)
         if old is not None:
             signal.signal(signal.SIGALRM, old)
+        if case == "alarm_blocked":
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGALRM])
     assert own_helpers() == {resiliparse_helper()} != {None}
-    assert list(tmp_path.iterdir()) == []
+    assert len([f for f in attempts.iterdir() if not f.name.endswith(".ended")]) == 0
+    if case == "two_partitions_ended":   # one ended is not enough
+        (attempts / "part-00005.extract_html.ended").unlink()
+        token = TASK.set(TaskPlace(str(attempts / "part-00000"), expendable_for=60.0))
+        try:
+            pooled().pop(RESILIPARSE).close()
+            assert run(htmls[:2], timeout=30.0)[1] == [resiliparse_text(h) for h in htmls[:2]]
+        finally:
+            TASK.reset(token)
+        assert pooled() == {}
 
 
-def test_a_run_sets_aside_a_page_that_ended_its_worker(htmls, tmp_path):
-    """``gpupipe run`` on its local cluster (one worker, one thread, under a nanny): the slow
-    page ends the worker, the nanny starts another, and the partition's second attempt, in a
-    helper process, sets the page aside; the other pages are the library's text, the run
-    says what happened once, and its directory keeps no mark."""
-    docs = htmls[:3] + [SLOW] + htmls[3:6]
-    (tmp_path / "in.jsonl").write_text("".join(
-        json.dumps({"text": d}) + "\n" for d in docs))
+def test_a_run_sets_aside_the_pages_that_ended_its_workers(htmls, tmp_path):
+    """``gpupipe run`` on its local cluster (one-thread workers under nannies), three files with
+    a slow page each: a slow page ends its worker, the nanny starts another, and the partition's
+    second attempt, in a helper process, sets the page aside (after two such partitions the
+    third may go to the helper at once); every other page is the library's text, each ended
+    attempt is said once, and the run directory keeps no mark. Finished partitions are not
+    computed again when a worker ends."""
+    inputs = []
+    for k in range(3):
+        docs = [htmls[2 * k], SLOW, htmls[2 * k + 1]]
+        (tmp_path / f"in-{k}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n"
+                                                        for d in docs))
+        inputs.append(str(tmp_path / f"in-{k}.jsonl"))
     (tmp_path / "p.yaml").write_text(textwrap.dedent(f"""\
         version: 1
-        name: slow-page
-        input: {{path: {tmp_path / "in.jsonl"}}}
+        name: slow-pages
+        input: {{path: {inputs}}}
         stages: [{{stage: extract_html, timeout: {TIMEOUT}}}]
         output: {{path: {tmp_path / "run"}}}
         """))
     done = subprocess.run([sys.executable, "-m", "gpupipe.cli", "run", str(tmp_path / "p.yaml"),
-                           "--workers", "1", "--no-progress"], capture_output=True, text=True,
+                           "--workers", "2", "--no-progress"], capture_output=True, text=True,
                           timeout=300, cwd=REPO, env={**os.environ, "GPUPIPE_SERVER": "off"})
     assert done.returncode == 0, done.stderr
-    said = re.findall(r"extract_html: the last attempt at part-00000 ended with its worker "
-                      r"\(pid \d+ on \S+\) before its 7 pages were extracted, each within "
-                      r"0.8 s: a page ran past that time, or the worker died; this attempt "
-                      r"extracts in a helper process", done.stderr)
-    assert len(said) == 1, done.stderr
+    said = re.findall(r"extract_html: the last attempt at (part-0000\d) ended with its worker "
+                      r"\(pid \d+ on \S+\) before its 3 pages were extracted, each within "
+                      r"0.8 s: a page ran past that time, or the worker or the run stopped; this "
+                      r"attempt extracts in a helper process", done.stderr)
+    assert len(said) == len(set(said)) and 2 <= len(said) <= 3, done.stderr
     run_json = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert run_json["stages"][0]["drops"] == {"extract_timeout": 1}
-    out = pd.read_parquet(tmp_path / "run" / "data" / "part-00000.parquet")
-    assert out["id"].tolist() == [f"in.jsonl:{line}" for line in (1, 2, 3, 5, 6, 7)]
-    assert out["text"].tolist() == [resiliparse_text(h) for h in htmls[:6]]
+    assert run_json["stages"][0]["drops"] == {"extract_timeout": 3}
+    for k in range(3):
+        out = pd.read_parquet(tmp_path / "run" / "data" / f"part-0000{k}.parquet")
+        assert out["id"].tolist() == [f"in-{k}.jsonl:1", f"in-{k}.jsonl:3"]
+        assert out["text"].tolist() == [resiliparse_text(h) for h in htmls[2 * k:2 * k + 2]]
     assert sorted(os.listdir(tmp_path / "run" / "data")) == [
-        "_done", "_segment.json", "part-00000.parquet"]
+        "_done", "_segment.json", "part-00000.parquet", "part-00001.parquet",
+        "part-00002.parquet"]
 
 
 # -- measures and parameters ----------------------------------------------------------------------

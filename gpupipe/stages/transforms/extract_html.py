@@ -18,6 +18,12 @@ from gpupipe.stages.transforms import html_extract
 
 log = logging.getLogger(__name__)
 
+#: the suffix a task's mark gets when the next attempt finds it (`ExtractHtml._extract`)
+ENDED = ".ended"
+#: partitions of a row segment whose attempt ended with its worker, after which the segment's
+#: other partitions extract in the helper: a crawl full of slow pages restarts few workers
+ENDINGS = 2
+
 
 @stage("extract_html")
 class ExtractHtml(Filter):
@@ -41,8 +47,9 @@ class ExtractHtml(Filter):
       a real-time timer, when the scheduler's worker-ttl is at least twice the timeout (a page
       holds its worker silent while it runs). A page past ``timeout`` ends the worker process;
       its nanny starts a new one, and the partition's next attempt, finding the mark the first
-      one left in the run directory (``_attempts/``), runs in a helper process as below, where
-      the page is set aside. A partition costs at most one worker.
+      one left in the run directory (``.attempts/``), runs in a helper process as below, where
+      the page is set aside. After two partitions of a segment ended their workers so, its
+      other partitions extract in the helper too.
     * Elsewhere (workers with more threads, ``preview``, a stage called from Python), and for
       that second attempt, extraction runs in a helper process per thread: a page past the
       timeout, or one the helper dies on (out of memory), is set aside, the helper is killed,
@@ -121,25 +128,32 @@ class ExtractHtml(Filter):
         task = TASK.get()
         if task is None or task.expendable_for < self.timeout or \
                 not html_extract.alarm_usable():
-            return html_extract.extract_with_timeout(self.extractor, options, htmls,
-                                                     self.timeout)
+            return self._in_helper(htmls, options)
         mark = f"{task.path}.{self.stage_name}"
-        if os.path.exists(mark):   # an attempt in a worker ended it (a page past its time?)
-            with open(mark) as f:
+        if os.path.exists(mark):   # the last attempt ended with its worker
+            os.replace(mark, mark + ENDED)
+            with open(mark + ENDED, encoding="utf-8") as f:
                 log.warning("extract_html: %s; this attempt extracts in a helper process",
                             f.read().strip())
-            return html_extract.extract_with_timeout(self.extractor, options, htmls,
-                                                     self.timeout)
-        os.makedirs(os.path.dirname(mark), exist_ok=True)
-        with open(mark, "w") as f:
+            return self._in_helper(htmls, options)
+        folder = os.path.dirname(mark)
+        if os.path.exists(mark + ENDED) or os.path.isdir(folder) and sum(
+                f.endswith(f".{self.stage_name}{ENDED}") for f in os.listdir(folder)) >= ENDINGS:
+            return self._in_helper(htmls, options)
+        fn = html_extract.extractor(self.extractor, options)
+        os.makedirs(folder, exist_ok=True)
+        with open(mark, "w", encoding="utf-8") as f:
             f.write(f"the last attempt at {os.path.basename(task.path)} ended with its worker "
                     f"(pid {os.getpid()} on {socket.gethostname()}) before its {len(htmls)} "
                     f"pages were extracted, each within {self.timeout:g} s: a page ran past "
-                    f"that time, or the worker died\n")
-        fn = html_extract.extractor(self.extractor, options)
-        out = html_extract.extract_all(fn, htmls, alarm=self.timeout)
-        os.remove(mark)
-        return out
+                    f"that time, or the worker or the run stopped\n")
+        try:
+            return html_extract.extract_all(fn, htmls, alarm=self.timeout)
+        finally:   # not reached when the alarm, or anything else, ends the process
+            os.remove(mark)
+
+    def _in_helper(self, htmls, options):
+        return html_extract.extract_with_timeout(self.extractor, options, htmls, self.timeout)
 
     def evaluate(self, df):
         results = self._extract(df)

@@ -69,8 +69,9 @@ def extract_all(fn, htmls, alarm: float | None = None) -> list[tuple[str | None,
 
 def alarm_usable() -> bool:
     """Whether `extract_all` may use the real-time timer here: SIGALRM is at its default action
-    (ends the process) and no timer is set."""
+    (ends the process), this thread does not block it, and no timer is set."""
     return (signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+            and signal.SIGALRM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
             and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0))
 
 
