@@ -158,7 +158,7 @@ class ExtractHtml(Filter):
     def evaluate(self, df):
         results = self._extract(df)
         texts = [text or "" for text, _ in results]
-        codes = np.array([1 if error is None and not text.strip() else
+        codes = np.array([1 if error is None and (not text or text.isspace()) else
                           2 if error == "timeout" else 3 if error is not None else 0
                           for text, error in results], dtype=np.uint8)
         out = string_series(pa.array(texts, pa.large_string()), df.index)
