@@ -3,6 +3,7 @@ checkpointed and resumed, with their statistics merged for run.json."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import logging
@@ -20,6 +21,7 @@ from gpupipe.runner.resume import load_state, reset, work_dir
 from gpupipe.runner.stats import ReadStats, StageStats, merge_profiles, merge_stages
 from gpupipe.runner.tasks import (
     ATTEMPTS,
+    forget_shipped,
     marker_path,
     part_name,
     run_row_partition,
@@ -29,8 +31,9 @@ log = logging.getLogger(__name__)
 
 
 def run_segments(pipeline, client, source, segments: list[Segment], fps, out, bar,
-                  backend: str = "pandas", committed=None) -> dict:
-    """``committed()`` is called when each segment is (a run on object storage uploads it)."""
+                  backend: str = "pandas", committed=None, own_workers: bool = False) -> dict:
+    """``committed()`` is called when each segment is (a run on object storage uploads it).
+    ``own_workers``: the cluster is the local one the run started (`expendable_for`)."""
     source_in = source
     upstream_changed = False
     seg_info = []
@@ -61,7 +64,8 @@ def run_segments(pipeline, client, source, segments: list[Segment], fps, out, ba
                           for p in seg.positions}
             reports, computed = _run_row_segment(client, seg, fp, source, directory, stats_dir,
                                                  rejected_dir if seg.reads_input else None, bar,
-                                                 filter_rejected, backend, error_dirs)
+                                                 filter_rejected, backend, error_dirs,
+                                                 own_workers)
             stage_stats.extend(merge_stages(reports, list(seg.stages), seg.positions, backend))
             if seg.reads_input:
                 read_reports = reports
@@ -157,8 +161,8 @@ def _source_accounting(read_reports: list[dict], stage_stats: list[StageStats]) 
 
 def ship(stages: list, directory: str) -> str:
     """Write a row segment's ``(position, stage)`` pairs to a hidden file of its ``directory``
-    (where its tasks write), which each worker process reads once (`tasks.shipped`), instead of
-    sending them with each task (a stage may carry an index). A file rather than Dask data:
+    (where its tasks write), which each worker process reads once and keeps while the segment
+    runs (`tasks.shipped`), instead of sending them with each task (a stage may carry an index). A file rather than Dask data:
     scattered data is lost when every worker holding it ended (the only one, that a page of
     extract_html ended), and a task's result would pass through the scheduler and draw the
     segment's tasks to the worker holding it. Those of a killed run are removed first."""
@@ -172,11 +176,13 @@ def ship(stages: list, directory: str) -> str:
     return path
 
 
-def expendable_for(client, backend: str) -> float:
+def expendable_for(client, backend: str, own_workers: bool) -> float:
     """`TaskPlace.expendable_for` of the tasks of a run: half the scheduler's worker-ttl (a
-    page of extract_html may hold a worker silent that long), unlimited without one; 0 on the
-    cuDF backend (a new CUDA worker is slow to start, and its GPU memory may not be free yet)."""
-    if backend != "pandas":
+    page of extract_html may hold a worker silent that long), unlimited without one. 0 unless
+    the workers are the CPU cluster the run started (``own_workers``): a cluster the user gave
+    or attached to may hold other work, and a new CUDA worker is slow to start (and its GPU
+    memory may not be free yet)."""
+    if backend != "pandas" or not own_workers:
         return 0.0
     try:   # by value (a lambda): the scheduler need not import gpupipe
         ttl = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.worker_ttl)
@@ -187,7 +193,8 @@ def expendable_for(client, backend: str) -> float:
 
 
 def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir, bar,
-                     filter_rejected=None, backend: str = "pandas", error_dirs=None):
+                     filter_rejected=None, backend: str = "pandas", error_dirs=None,
+                     own_workers: bool = False):
     n = source.npartitions
     os.makedirs(directory, exist_ok=True)
     write_json({"fingerprint": fp, "kind": "row", "partitions": n},
@@ -206,18 +213,23 @@ def _run_row_segment(client, seg, fp, source, directory, stats_dir, rejected_dir
             note = st.prepare()
             if note:
                 log.info("[%s] %s: %s", seg.index, st.stage_name, note)
+        attempts = os.path.join(directory, ATTEMPTS)
+        shutil.rmtree(attempts, ignore_errors=True)   # a killed run's: its driver ran no finally
         stages = ship(list(zip(seg.positions, seg.stages)), directory)
         try:
             futures = client.map(run_row_partition, todo, source=source, stages=stages,
                                  out_dir=directory, stats_dir=stats_dir,
                                  rejected_dir=rejected_dir, filter_rejected=filter_rejected,
                                  backend=backend, error_dirs=error_dirs,
-                                 expendable_for=expendable_for(client, backend),
+                                 expendable_for=expendable_for(client, backend, own_workers),
                                  key=[f"gpupipe-{seg.name}-{fp}-{i}" for i in todo], pure=False)
             reports.extend(gather(futures, bar, seg.name))
         finally:
-            os.remove(stages)
-            shutil.rmtree(os.path.join(directory, ATTEMPTS), ignore_errors=True)
+            shutil.rmtree(attempts, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(stages)
+            with contextlib.suppress(Exception):   # the workers' copies, on a cluster that stays
+                client.run(forget_shipped, stages, wait=False)
     reports.sort(key=lambda r: r["partition"])
     return reports, len(todo)
 

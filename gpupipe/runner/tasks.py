@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
 import time
 
 from gpupipe.backends import dispatch
@@ -85,8 +86,8 @@ def worker_may_end() -> bool:
 
 
 #: the hidden directory of a row segment where its tasks' stages leave marks for the next
-#: attempts (`TaskPlace.path`; hidden: a mirror of the run directory leaves it out); removed
-#: when the segment is complete
+#: attempts (`TaskPlace.path`; hidden: a mirror of the run directory leaves it out); the driver
+#: empties it when it starts the segment's tasks and when they end
 ATTEMPTS = ".attempts"
 
 
@@ -95,19 +96,26 @@ def attempt_path(out_dir: str, i: int) -> str:
     return os.path.join(out_dir, ATTEMPTS, part_name(i))
 
 
-#: the stages this worker process loaded (`shipped`): the last file only
+#: the stages this worker process loaded (`shipped`), by file: those of the segments running
 _shipped: dict[str, list] = {}
+_shipping = threading.Lock()
 
 
 def shipped(path: str) -> list:
-    """The stages `gpupipe.runner.segments.ship` wrote to ``path``, read once per process."""
-    got = _shipped.get(path)
-    if got is None:
-        with open(path, "rb") as f:
-            got = pickle.load(f)
-        _shipped.clear()
-        _shipped[path] = got
+    """The stages `gpupipe.runner.segments.ship` wrote to ``path``: read by the first task of
+    this process that needs them (its other threads wait), kept until `forget_shipped`."""
+    with _shipping:
+        got = _shipped.get(path)
+        if got is None:
+            with open(path, "rb") as f:
+                got = _shipped[path] = pickle.load(f)
     return got
+
+
+def forget_shipped(path: str) -> None:
+    """Drop the stages of ``path`` (the segment is over), on every worker (`Client.run`)."""
+    with _shipping:
+        _shipped.pop(path, None)
 
 
 def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,

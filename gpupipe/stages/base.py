@@ -107,7 +107,7 @@ class CheckContext:
 class TaskPlace:
     """The row task a stage runs in, as the runner tells it (`TASK`)."""
 
-    #: a path of the task's own in the run directory (``<segment>/_attempts/part-NNNNN``), to
+    #: a path of the task's own in the run directory (``<segment>/.attempts/part-NNNNN``), to
     #: which a stage adds a suffix of its own: a file it leaves there (making the directory) is
     #: found by the next attempt at the same partition, on any worker, after the process of
     #: this one died
@@ -115,7 +115,8 @@ class TaskPlace:
     #: seconds the task may hold its process unresponsive and may then end it: the process is
     #: a Dask worker running one task at a time, which its nanny replaces when it dies (the
     #: scheduler gives the task to a worker again), and the scheduler drops a worker silent for
-    #: twice this; 0 when ending the process would lose work (more threads, no nanny)
+    #: at least twice this; 0 when ending the process could lose work (more threads, no nanny,
+    #: a cluster the run did not start)
     expendable_for: float = 0.0
 
 

@@ -222,7 +222,7 @@ def test_large_file_blocks_give_the_same_output(client, tmp_path, sample_records
 def test_a_task_may_end_only_a_one_thread_worker_under_a_nanny(client):
     """`worker_may_end` in the shared cluster's workers (one thread, a nanny), not outside a
     worker nor in one without a nanny (a thread of this process); `expendable_for` is half the
-    scheduler's worker-ttl, and 0 on the cuDF backend."""
+    scheduler's worker-ttl on the run's own cluster, 0 on another or on the cuDF backend."""
     import dask
     from distributed import Client, LocalCluster
 
@@ -235,8 +235,9 @@ def test_a_task_may_end_only_a_one_thread_worker_under_a_nanny(client):
             LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                          dashboard_address=":0") as cluster, Client(cluster) as threads:
         assert threads.submit(worker_may_end, pure=False).result() is False
-        assert expendable_for(threads, "pandas") == 21.0
-        assert expendable_for(threads, "cudf") == 0.0
+        assert expendable_for(threads, "pandas", own_workers=True) == 21.0
+        assert expendable_for(threads, "pandas", own_workers=False) == 0.0
+        assert expendable_for(threads, "cudf", own_workers=True) == 0.0
 
 
 def test_gather_releases_each_result_once_read(client):

@@ -475,6 +475,26 @@ def test_a_run_sets_aside_the_pages_that_ended_its_workers(htmls, tmp_path):
     assert sorted(os.listdir(tmp_path / "run" / "data")) == [
         "_done", "_segment.json", "part-00000.parquet", "part-00001.parquet",
         "part-00002.parquet"]
+    # a run killed while partition 1 was in a worker, with the marks it left: the resumed run
+    # starts from clean marks (its partition 1 ends a worker again, and is said once again)
+    first = (tmp_path / "run" / "data" / "part-00001.parquet").read_bytes()
+    (tmp_path / "run" / "data" / "_done" / "part-00001").unlink()
+    (tmp_path / "run" / "data" / "part-00001.parquet").unlink()
+    attempts = tmp_path / "run" / "data" / ".attempts"
+    attempts.mkdir()
+    for name in ("part-00001.extract_html", "part-00000.extract_html.ended",
+                 "part-00002.extract_html.ended"):
+        (attempts / name).write_text("planted\n")
+    again = subprocess.run([sys.executable, "-m", "gpupipe.cli", "run",
+                            str(tmp_path / "p.yaml"), "--workers", "2", "--no-progress"],
+                           capture_output=True, text=True, timeout=300, cwd=REPO,
+                           env={**os.environ, "GPUPIPE_SERVER": "off"})
+    assert again.returncode == 0, again.stderr
+    assert "planted" not in again.stderr
+    assert re.findall(r"extract_html: the last attempt at (part-0000\d) ended", again.stderr) \
+        == ["part-00001"], again.stderr
+    assert (tmp_path / "run" / "data" / "part-00001.parquet").read_bytes() == first
+    assert not attempts.exists()
 
 
 # -- measures and parameters ----------------------------------------------------------------------

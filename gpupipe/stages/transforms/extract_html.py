@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -42,16 +43,16 @@ class ExtractHtml(Filter):
     on as ``extract_error``. With ``timeout`` (seconds per document) set, a page that takes
     longer is dropped as ``extract_timeout`` instead of holding its worker:
 
-    * In a run's Dask worker that runs one task at a time under a nanny (the local cluster's,
-      and ``dask worker`` with ``--nthreads 1``), extraction runs in the worker, each page under
-      a real-time timer, when the scheduler's worker-ttl is at least twice the timeout (a page
-      holds its worker silent while it runs). A page past ``timeout`` ends the worker process;
-      its nanny starts a new one, and the partition's next attempt, finding the mark the first
-      one left in the run directory (``.attempts/``), runs in a helper process as below, where
-      the page is set aside. After two partitions of a segment ended their workers so, its
-      other partitions extract in the helper too.
-    * Elsewhere (workers with more threads, ``preview``, a stage called from Python), and for
-      that second attempt, extraction runs in a helper process per thread: a page past the
+    * In the workers of the local CPU cluster a run starts (one thread each, under a nanny),
+      extraction runs in the worker, each page under a real-time timer, when the scheduler's
+      worker-ttl is at least twice the timeout (a page holds its worker silent while it runs).
+      A page past ``timeout`` ends the worker process; its nanny starts a new one, and the
+      partition's next attempt, finding the mark the first one left in the segment's directory
+      (``.attempts/``), runs in a helper process as below, where the page is set aside. After
+      two partitions of a segment ended their workers so, its other partitions extract in the
+      helper too.
+    * Elsewhere (a cluster the run attached to or was given, ``kind: cuda``, the cuDF backend,
+      ``preview``, a stage called from Python), and for that second attempt, extraction runs in a helper process per thread: a page past the
       timeout, or one the helper dies on (out of memory), is set aside, the helper is killed,
       and a new one goes on with the next page.
 
@@ -116,8 +117,8 @@ class ExtractHtml(Filter):
 
     def explain_notes(self) -> list[str]:
         where = ("in the worker, no time limit" if self.timeout is None else
-                 f"{self.timeout:g} s per document: in a worker that may end (one thread, a "
-                 f"nanny), else in a helper process per worker thread")
+                 f"{self.timeout:g} s per document: in the workers of the run's own local "
+                 f"CPU cluster, else in a helper process per worker thread")
         return [f"{self.extractor} {self.options()}, {where}"]
 
     def _extract(self, df) -> list[tuple[str | None, str | None]]:
@@ -150,7 +151,8 @@ class ExtractHtml(Filter):
         try:
             return html_extract.extract_all(fn, htmls, alarm=self.timeout)
         finally:   # not reached when the alarm, or anything else, ends the process
-            os.remove(mark)
+            with contextlib.suppress(FileNotFoundError):   # the segment is over (cancelled)
+                os.remove(mark)
 
     def _in_helper(self, htmls, options):
         return html_extract.extract_with_timeout(self.extractor, options, htmls, self.timeout)
