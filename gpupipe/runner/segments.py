@@ -162,10 +162,11 @@ def _source_accounting(read_reports: list[dict], stage_stats: list[StageStats]) 
 def ship(stages: list, directory: str) -> str:
     """Write a row segment's ``(position, stage)`` pairs to a hidden file of its ``directory``
     (where its tasks write), which each worker process reads once and keeps while the segment
-    runs (`tasks.shipped`), instead of sending them with each task (a stage may carry an index). A file rather than Dask data:
-    scattered data is lost when every worker holding it ended (the only one, that a page of
-    extract_html ended), and a task's result would pass through the scheduler and draw the
-    segment's tasks to the worker holding it. Those of a killed run are removed first."""
+    runs (`tasks.shipped`), instead of sending them with each task (a stage may carry an
+    index). A file rather than Dask data: scattered data is lost when every worker holding it
+    ended (the only one, that a page of extract_html ended), and a task's result would pass
+    through the scheduler and draw the segment's tasks to the worker holding it. Those of a
+    killed run are removed first."""
     import cloudpickle
 
     for old in glob.glob(os.path.join(glob.escape(directory), ".stages-*.pickle")):
