@@ -127,6 +127,25 @@ def test_embedded_local_cluster(tmp_path, small_corpus):
         "scheduler"], "workers": 1, "threads": 1}
 
 
+def test_a_script_from_standard_input_is_told_why_the_workers_cannot_start(tmp_path,
+                                                                          small_corpus):
+    """Worker processes run the main file again, and ``python -`` has none: said plainly, not
+    as "Nanny failed to start"."""
+    script = (f"import gpupipe as gp\n"
+              f"from gpupipe.stages import LengthFilter\n"
+              f"gp.Pipeline(name='stdin', input={{'path': {str(small_corpus)!r}}}, "
+              f"stages=[LengthFilter(min_words=1)], output={str(tmp_path / 'o')!r})"
+              f".run(workers=1, progress=False)\n")
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env={**os.environ, "GPUPIPE_SERVER": "off"})
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "gpupipe.errors.ClusterError: cannot start a local Dask cluster: its worker processes "
+        "start by running this program's main file, and there is none ('<stdin>': a script "
+        "read from standard input). Save the script to a file and run that, or attach to a "
+        "running cluster (--address, cluster.kind: address)")
+
+
 def _worker_view():
     import sys
 

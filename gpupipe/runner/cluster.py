@@ -243,6 +243,13 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
                     else logging.CRITICAL,
                 )
         except Exception as e:
+            missing = _main_file_missing()
+            if missing is not None:   # what multiprocessing's workers fail on, said plainly
+                raise ClusterError(
+                    f"cannot start a local Dask cluster: its worker processes start by running "
+                    f"this program's main file, and there is none ({missing!r}: a script read "
+                    f"from standard input). Save the script to a file and run that, or attach "
+                    f"to a running cluster (--address, cluster.kind: address)") from e
             raise ClusterError(f"cannot start a local Dask cluster with {n} worker(s): {e}") from e
         with cluster, Client(cluster) as client:
             yield client
@@ -288,6 +295,22 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
         if env:
             client.run(apply_kvikio_settings, env)
         yield client
+
+
+def _main_file_missing() -> str | None:
+    """The main module's file when it names none there is (``<stdin>``), as multiprocessing's
+    spawned and forkserver children would look for it; None when it is a file or unnamed."""
+    import sys
+    from multiprocessing import process
+
+    main = sys.modules.get("__main__")
+    if getattr(main, "__spec__", None) is not None:   # run with -m: imported by name
+        return None
+    path = getattr(main, "__file__", None)
+    if path is None:   # -c, or an interactive session: nothing to run
+        return None
+    full = os.path.join(process.ORIGINAL_DIR or os.getcwd(), path)
+    return None if os.path.exists(full) else path
 
 
 def _file_address(path: str) -> str:
