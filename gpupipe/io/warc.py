@@ -306,8 +306,11 @@ class _Collector:
             self.rows[key].append(value)
 
     def table(self) -> pa.Table:
+        # the text through bytes: pyarrow builds a string column from str objects at a fraction
+        # of the speed of encoding them first (3-10x, on HTML with some non-ASCII characters)
+        text = pa.array([t.encode("utf-8") for t in self.rows[TEXT]], pa.binary())
         return pa.table({ID: pa.array(self.rows[ID], pa.string()),
-                         TEXT: pa.array(self.rows[TEXT], pa.string()),
+                         TEXT: text.cast(pa.string()),
                          **{c: pa.array(self.rows[c], t) for c, t in COLUMNS.items()}})
 
 
