@@ -43,9 +43,9 @@ def atomic_path(path: str) -> Iterator[str]:
 
 
 def remove_partial(directory: str) -> int:
-    """Delete the temporary files `atomic_path` left in ``directory`` when a process was killed
-    while writing (SIGKILL runs no clean-up): a resumed run writes those files again. Returns
-    how many were removed."""
+    """Delete the temporary files (``.<name>.tmp-<id>``: `atomic_path`'s, a row segment's
+    shipped stages) left in ``directory`` when a process was killed (SIGKILL runs no
+    clean-up): a resumed run writes those files again. Returns how many were removed."""
     import glob
 
     stale = glob.glob(os.path.join(glob.escape(directory), ".*.tmp-*"))

@@ -4,7 +4,6 @@ checkpointed and resumed, with their statistics merged for run.json."""
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import logging
 import os
@@ -165,13 +164,12 @@ def ship(stages: list, directory: str) -> str:
     runs (`tasks.shipped`), instead of sending them with each task (a stage may carry an
     index). A file rather than Dask data: scattered data is lost when every worker holding it
     ended (the only one, that a page of extract_html ended), and a task's result would pass
-    through the scheduler and draw the segment's tasks to the worker holding it. Those of a
-    killed run are removed first."""
+    through the scheduler and draw the segment's tasks to the worker holding it. Named as a
+    temporary file (``.stages.tmp-<id>``): `remove_partial`, at the segment's start, removes
+    those a killed run left."""
     import cloudpickle
 
-    for old in glob.glob(os.path.join(glob.escape(directory), ".stages-*.pickle")):
-        os.remove(old)
-    path = os.path.join(directory, f".stages-{uuid.uuid4().hex}.pickle")
+    path = os.path.join(directory, f".stages.tmp-{uuid.uuid4().hex}")
     with open(path, "wb") as f:
         cloudpickle.dump(stages, f, protocol=pickle.HIGHEST_PROTOCOL)
     return path

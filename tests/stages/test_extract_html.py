@@ -485,6 +485,7 @@ def test_a_run_sets_aside_the_pages_that_ended_its_workers(htmls, tmp_path):
     for name in ("part-00001.extract_html", "part-00000.extract_html.ended",
                  "part-00002.extract_html.ended"):
         (attempts / name).write_text("planted\n")
+    (tmp_path / "run" / "data" / ".stages.tmp-killed").write_bytes(b"the killed run's stages")
     again = subprocess.run([sys.executable, "-m", "gpupipe.cli", "run",
                             str(tmp_path / "p.yaml"), "--workers", "2", "--no-progress"],
                            capture_output=True, text=True, timeout=300, cwd=REPO,
@@ -495,6 +496,9 @@ def test_a_run_sets_aside_the_pages_that_ended_its_workers(htmls, tmp_path):
         == ["part-00001"], again.stderr
     assert (tmp_path / "run" / "data" / "part-00001.parquet").read_bytes() == first
     assert not attempts.exists()
+    assert sorted(os.listdir(tmp_path / "run" / "data")) == [
+        "_done", "_segment.json", "part-00000.parquet", "part-00001.parquet",
+        "part-00002.parquet"]
 
 
 # -- measures and parameters ----------------------------------------------------------------------
