@@ -11,12 +11,16 @@ is many files). Measured, each a ratio from this one run:
 * ``read``: the records alone, FastWARC (what gpupipe reads with) and warcio (what datatrove
   reads with), one thread, MB of file and records/s;
 * ``extractors``: each library on one thread over the same decoded HTML (the unavoidable work):
-  Resiliparse ``extract_plain_text``, Trafilatura ``extract``; docs/s and MB of HTML/s;
+  Resiliparse ``extract_plain_text``, Trafilatura ``extract``; docs/s and MB of HTML/s; and
+  Resiliparse in ``--workers`` processes at once, each on its share, their seconds summed
+  (``seconds_summed_all_cores_busy``): the extractor's own speed per core when every core
+  works, as in a run, where the cores share caches, memory bandwidth and clock;
 * ``gpupipe``: a whole ``gpupipe run`` of WARC -> extract_html (Resiliparse, and Trafilatura)
   with ``--workers`` workers: wall seconds of the command (cluster start included), and the
   seconds its tasks spent reading and extracting, summed over partitions (run.json), whose
   speed against the extractor alone is ``per_core_vs_extractor`` (the target is >= 0.9); the
-  extraction stage's seconds alone give ``extract_stage_per_core_vs_extractor``;
+  extraction stage's seconds alone give ``extract_stage_per_core_vs_extractor``; both also
+  against the extractor with every core busy (``..._all_cores_busy``);
 * ``datatrove``: datatrove 0.10's ``WarcReader`` -> ``Trafilatura`` -> ``JsonlWriter`` with
   ``--workers`` tasks, when a Python with datatrove is given (``--datatrove-python``, default
   /tmp/dtvenv/bin/python); ``ratio`` = its seconds / gpupipe's;
@@ -82,6 +86,31 @@ def html_docs(files) -> list[str]:
 
     src = make_source(InputSpec(path=[str(p) for p in files]))
     return [t for i in range(src.npartitions) for t in src.read(i).frame["text"].tolist()]
+
+
+def _extract_share(htmls: list[str]) -> float:
+    """Seconds one process takes to extract its share with Resiliparse (the loaded baseline)."""
+    from gpupipe.stages.transforms.html_extract import extract_all, extractor
+
+    res = extractor("resiliparse", RESILIPARSE)
+    t0 = time.perf_counter()
+    extract_all(res, htmls)
+    return time.perf_counter() - t0
+
+
+def extract_loaded(htmls: list[str], workers: int) -> float:
+    """Seconds of Resiliparse alone summed over ``workers`` processes that each extract a share
+    at the same time: the extractor's own speed per core with every core busy, as the run's
+    workers are."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return sum(pool.map(_extract_share, [htmls[k::workers] for k in range(workers)]))
+
+
+RESILIPARSE = {"main_content": True, "preserve_formatting": True, "list_bullets": True,
+               "alt_texts": False, "links": False}
 
 
 def timed(fn):
@@ -155,16 +184,17 @@ def main(argv=None) -> int:
         report["docs"], report["html_mb"] = len(htmls), round(html_mb, 2)
         from gpupipe.stages.transforms.html_extract import extract_all, extractor
 
-        res = extractor("resiliparse", {"main_content": True, "preserve_formatting": True,
-                                        "list_bullets": True, "alt_texts": False, "links": False})
+        res = extractor("resiliparse", RESILIPARSE)
         traf = extractor("trafilatura", {"favor_precision": False, "favor_recall": False,
                                          "include_comments": False, "include_tables": True})
         r_out, t_res = timed(lambda: extract_all(res, htmls))
         subset = htmls[:args.trafilatura_docs] if args.trafilatura_docs else htmls
         t_out, t_traf = timed(lambda: extract_all(traf, subset))
+        t_loaded = extract_loaded(htmls, args.workers)
         report["extractors"] = {
             "resiliparse": {"seconds": round(t_res, 3), "docs_per_s": round(len(htmls) / t_res),
-                            "html_mb_per_s": round(html_mb / t_res, 2)},
+                            "html_mb_per_s": round(html_mb / t_res, 2),
+                            "seconds_summed_all_cores_busy": round(t_loaded, 3)},
             "trafilatura": {"docs": len(subset), "seconds": round(t_traf, 3),
                             "docs_per_s": round(len(subset) / t_traf, 1),
                             "html_mb_per_s": round(
@@ -188,6 +218,10 @@ def main(argv=None) -> int:
                         "task_seconds": round(work, 2), "read_seconds": round(read, 2),
                         "per_core_vs_extractor": round(alone / work, 2),
                         "extract_stage_per_core_vs_extractor": round(alone / extract, 2)}
+            if name == "resiliparse":   # against the extractor with every core busy too
+                gp[name]["per_core_vs_extractor_all_cores_busy"] = round(t_loaded / work, 2)
+                gp[name]["extract_stage_per_core_vs_extractor_all_cores_busy"] = round(
+                    t_loaded / extract, 2)
         report["gpupipe"] = gp
         dt = None
         if os.path.exists(args.datatrove_python):

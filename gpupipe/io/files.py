@@ -16,6 +16,11 @@ from pathlib import Path
 from gpupipe.errors import GpupipeError, InputError
 
 CHUNK = 1 << 22
+
+try:   # ISA-L's inflate: zlib's format and API, about twice its speed
+    from isal import isal_zlib as inflate
+except ImportError:   # pragma: no cover - isal has wheels wherever gpupipe runs
+    inflate = zlib
 #: botocore's retries for S3 unless ``storage_options`` set their own (throttling backs off)
 S3_RETRIES = {"max_attempts": 10, "mode": "adaptive"}
 
@@ -302,8 +307,12 @@ def read_bytes(path: str, storage_options: dict | None = None) -> tuple[bytes, s
             with open_input(path, storage_options) as f:
                 return f.read(), None
         if kind == "gzip":
-            return _read_frames(path, lambda: zlib.decompressobj(wbits=31), zlib.error,
-                                storage_options)
+            data, error = _read_frames(path, lambda: inflate.decompressobj(wbits=31),
+                                       inflate.error, storage_options)
+            if error is not None and inflate is not zlib:   # damage: said in zlib's words
+                data, error = _read_frames(path, lambda: zlib.decompressobj(wbits=31),
+                                           zlib.error, storage_options)
+            return data, error
         import zstandard
 
         dctx = zstandard.ZstdDecompressor()
