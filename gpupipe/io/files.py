@@ -76,10 +76,17 @@ def filesystem(url: str, storage_options: dict | None = None):
         config.setdefault("retries", S3_RETRIES)
         options["config_kwargs"] = config
     try:
+        if protocol in ("gs", "gcs") and options.get("endpoint_url"):
+            # an emulator or a private endpoint: gcsfs's default class (2026.10) first asks
+            # Google's gRPC control API for each bucket's type, which such an endpoint does not
+            # serve (a minute of retries, then its fallback: this class)
+            from gcsfs.core import GCSFileSystem
+
+            return GCSFileSystem(**options), GCSFileSystem._strip_protocol(url)
         return fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError) as e:
         raise InputError(f"{url}: cannot open this filesystem ({e}); s3:// and http(s):// "
-                         f"need pip install 'gpupipe[cloud]', gs:// needs gcsfs") from None
+                         f"need pip install 'gpupipe[cloud]', gs:// pip install 'gpupipe[gcs]'") from None
 
 
 def remote_error(url: str, e: BaseException, options: str = "input.storage_options",
@@ -93,7 +100,9 @@ def remote_error(url: str, e: BaseException, options: str = "input.storage_optio
             or "SignatureDoesNotMatch" in text or "NoCredentials" in kind:
         why = (f"access denied to bucket {bucket!r} ({text}); check the credentials "
                f"(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or {options})")
-    elif "NoSuchBucket" in text or (isinstance(e, FileNotFoundError) and "bucket" in text.lower()):
+    elif "NoSuchBucket" in text or (isinstance(e, FileNotFoundError) and (
+            "bucket" in text.lower()   # GCS's JSON API path of a missing bucket's listing:
+            or re.search(rf"(?:^|/)b/{re.escape(bucket)}/o(?:$|\?)", text))):
         why = f"the bucket {bucket!r} does not exist ({text})"
     elif isinstance(e, FileNotFoundError):
         why = f"not found ({text})"

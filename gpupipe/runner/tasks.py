@@ -112,10 +112,10 @@ def shipped(path: str) -> list:
     return got
 
 
-def forget_shipped(path: str) -> None:
-    """Drop the stages of ``path`` (the segment is over), on every worker (`Client.run`)."""
-    with _shipping:
-        _shipped.pop(path, None)
+async def forget_shipped(path: str) -> None:
+    """Drop the stages of ``path`` (the segment is over), on every worker: `Client.run` with
+    ``wait=False``, which only a coroutine function may be (one pop, atomic: no lock)."""
+    _shipped.pop(path, None)
 
 
 def run_row_partition(i: int, *, source, stages, out_dir: str, stats_dir: str,

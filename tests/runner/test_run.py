@@ -13,6 +13,7 @@ import pytest
 
 import gpupipe as gp
 from gpupipe.stages import LengthFilter, NormalizeText, Repartition
+from tests.conftest import REPO
 
 
 def pipeline(inp, out, stages=None, **input_kw):
@@ -238,6 +239,24 @@ def test_a_task_may_end_only_a_one_thread_worker_under_a_nanny(client):
         assert expendable_for(threads, "pandas", own_workers=True) == 21.0
         assert expendable_for(threads, "pandas", own_workers=False) == 0.0
         assert expendable_for(threads, "cudf", own_workers=True) == 0.0
+
+
+def test_workers_forget_the_shipped_stages_when_the_segment_ends(client, tmp_path):
+    """Each worker loads a segment's stages once and drops them when the segment ends: on a
+    cluster that stays (a notebook's), nothing of an earlier run is kept."""
+    import time
+
+    from gpupipe.runner import tasks
+
+    res = gp.Pipeline(input={"path": str(REPO / "data" / "sample" / "debian-docs.jsonl.gz")},
+                      stages=[LengthFilter(min_words=20)],
+                      output={"path": str(tmp_path / "o")}).run(client=client, progress=False)
+    assert res.stats["output"]["docs"] > 0
+    deadline = time.monotonic() + 10
+    while (held := [p for ps in client.run(lambda: list(tasks._shipped)).values() for p in ps]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held == []
 
 
 def test_gather_releases_each_result_once_read(client):
