@@ -105,7 +105,7 @@ def extract_loaded(htmls: list[str], workers: int) -> float:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return sum(pool.map(_extract_share, [htmls[k::workers] for k in range(workers)]))
 
 

@@ -76,7 +76,8 @@ def filesystem(url: str, storage_options: dict | None = None):
         config.setdefault("retries", S3_RETRIES)
         options["config_kwargs"] = config
     try:
-        if protocol in ("gs", "gcs") and options.get("endpoint_url"):
+        if protocol in ("gs", "gcs") and (options.get("endpoint_url")
+                                          or os.environ.get("STORAGE_EMULATOR_HOST")):
             # an emulator or a private endpoint: gcsfs's default class (2026.10) first asks
             # Google's gRPC control API for each bucket's type, which such an endpoint does not
             # serve (a minute of retries, then its fallback: this class)
@@ -101,7 +102,9 @@ def remote_error(url: str, e: BaseException, options: str = "input.storage_optio
         why = (f"access denied to bucket {bucket!r} ({text}); check the credentials "
                f"(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or {options})")
     elif "NoSuchBucket" in text or (isinstance(e, FileNotFoundError) and (
-            "bucket" in text.lower()   # GCS's JSON API path of a missing bucket's listing:
+            # (the bucket's own name may hold the word) GCS's JSON API path of a missing
+            # bucket's listing or upload:
+            "bucket" in text.replace(bucket, "").lower()
             or re.search(rf"(?:^|/)b/{re.escape(bucket)}/o(?:$|\?)", text))):
         why = f"the bucket {bucket!r} does not exist ({text})"
     elif isinstance(e, FileNotFoundError):

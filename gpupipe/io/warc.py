@@ -148,8 +148,11 @@ def _gzip_units(f, start: int, end: int):
     raw = memoryview(f.read() if end == -1 else f.read(end - start))
     pos = 0
     while pos < len(raw):
-        data, p, error = _member(raw, pos, inflate)
-        if error is not None and inflate is not zlib:   # damage: said in zlib's words
+        # zlib for damage, said in its words, and for reserved header flags, which ISA-L
+        # ignores and zlib rejects
+        lib = inflate if len(raw) <= pos + 3 or not raw[pos + 3] & 0xE0 else zlib
+        data, p, error = _member(raw, pos, lib)
+        if error is not None and lib is not zlib:
             data, p, error = _member(raw, pos, zlib)
         yield start + pos, data, error
         if error is not None:
@@ -322,7 +325,8 @@ class _Collector:
 
 def utf8_body(body: bytes, declared: str | None) -> tuple[bytes | None, int]:
     """`decode_body` as UTF-8 bytes. A body in UTF-8 (declared, or by default) is its own bytes,
-    NUL bytes removed, with no round trip through ``str``: most of the web, at memory speed.
+    NUL bytes removed, once validated (an ASCII one at memory speed), and is not encoded again
+    from a ``str``: most of the web.
 
     >>> utf8_body("café".encode("latin-1"), "iso-8859-1")
     (b'caf\\xc3\\xa9', 0)
@@ -348,7 +352,7 @@ def _valid_utf8(body: bytes) -> bool:
 def _is_utf8(charset: str) -> bool:
     try:
         return codecs.lookup(charset).name == "utf-8"
-    except LookupError:
+    except (LookupError, ValueError):   # ValueError: a NUL character in the name
         return False
 
 
@@ -373,7 +377,7 @@ def decode_body(body: bytes, declared: str | None) -> tuple[str | None, int]:
     for charset in dict.fromkeys(c for c in (declared, "utf-8") if c):
         try:
             return _clean(body.decode(charset), charset, body), 0
-        except (LookupError, UnicodeError):
+        except (LookupError, ValueError):   # a UnicodeError, or a NUL in the charset name
             continue
     from charset_normalizer import from_bytes
 
@@ -386,7 +390,7 @@ def decode_body(body: bytes, declared: str | None) -> tuple[str | None, int]:
     if guess is not None:
         try:
             return _clean(body.decode(guess), guess, body), 1
-        except (LookupError, UnicodeError):
+        except (LookupError, ValueError):   # a UnicodeError, or a NUL in the charset name
             pass
     try:
         return _clean(str(best), best.encoding, body), 1

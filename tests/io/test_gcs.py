@@ -133,11 +133,31 @@ def test_a_run_from_gcs_to_gcs_equals_a_local_run_and_resumes_elsewhere(gcs, cli
 
 
 def test_missing_bucket_is_named(gcs, client, tmp_path):
-    with pytest.raises(InputError, match=r"gs://no-such-bucket/in/\*\.jsonl\.gz: the bucket "
-                                         r"'no-such-bucket' does not exist"):
-        make_source(InputSpec(path="gs://no-such-bucket/in/*.jsonl.gz",
-                              storage_options=gcs.options()))
-    pipe = gp.Pipeline(**spec(gcs, "gs://no-such-bucket/run", tmp_path / "stage"))
-    with pytest.raises(OutputError, match=r"gs://no-such-bucket/run: the bucket "
-                                          r"'no-such-bucket' does not exist"):
+    """GCS's own words for a missing bucket (not the word "bucket"); a missing object of a
+    bucket whose name holds that word is not a missing bucket."""
+    with pytest.raises(InputError, match=r"gs://absent7/in/\*\.jsonl\.gz: the bucket "
+                                         r"'absent7' does not exist"):
+        make_source(InputSpec(path="gs://absent7/in/*.jsonl.gz", storage_options=gcs.options()))
+    pipe = gp.Pipeline(**spec(gcs, "gs://absent8/run", tmp_path / "stage"))
+    with pytest.raises(OutputError, match=r"gs://absent8/run: the bucket 'absent8' does not "
+                                          r"exist"):
         pipe.run(client=client, progress=False)
+    gcs.fs().mkdir("my-bucket")
+    with pytest.raises(InputError, match=r"^input path 'gs://my-bucket/none\.jsonl' matches "
+                                         r"no file; check input.path$"):
+        make_source(InputSpec(path="gs://my-bucket/none.jsonl", storage_options=gcs.options()))
+
+
+def test_the_words_of_a_missing_bucket():
+    """gcsfs's texts: the listing path of a missing bucket, and a missing object's path in a
+    bucket whose name holds the word "bucket"."""
+    from gpupipe.io.files import remote_error
+
+    assert str(remote_error("gs://my-bucket/x", FileNotFoundError("b/my-bucket/o"))) == (
+        "gs://my-bucket/x: the bucket 'my-bucket' does not exist (b/my-bucket/o)")
+    gone = "http://h/upload/storage/v1/b/my-bucket/o?name=x"
+    assert "the bucket 'my-bucket' does not exist" in str(remote_error("gs://my-bucket/x",
+                                                                       FileNotFoundError(gone)))
+    obj = "http://h/storage/v1/b/my-bucket/o/x.jsonl"
+    assert str(remote_error("gs://my-bucket/x.jsonl", FileNotFoundError(obj))) == (
+        f"gs://my-bucket/x.jsonl: not found ({obj})")

@@ -362,7 +362,7 @@ def test_iso_8859_1_page_of_the_crawl(tmp_path, warcio_responses):
     ("<p>caf\u00e9</p>".encode("latin-1"), "iso-8859-1"), ("<p>caf\u00e9</p>".encode(), "koi8-r"),
     ("<meta charset=windows-1252><p>caf\u00e9".encode("cp1252"), None),
     ("<p>caf\u00e9</p>".encode(), "no-such-charset"), (b"\xef\xbb\xbf<p>bom", "utf-8-sig"),
-    (bytes(range(256)) * 4, "utf-8")])
+    (bytes(range(256)) * 4, "utf-8"), ("<p>caf\u00e9</p>".encode(), "utf-8\x00")])
 def test_utf8_bodies_equal_the_decoded_text(body, declared):
     """The reader keeps a UTF-8 body as its own bytes: the same text, and the same detection
     count, as decoding it to str and back."""
@@ -392,6 +392,19 @@ def test_truncated_warc_gz(tmp_path, policy):
     assert rows[1]["detail"] == f"record at byte {offsets[2]}: record cut off by the damage"
     assert rows[1]["raw"].startswith(b"WARC/1.")
     assert stats[0]["files_corrupt"] == 1 and stats[0]["records"] == {"response": 2}
+
+
+def test_reserved_gzip_header_flags_are_damage(tmp_path):
+    """A member whose gzip header sets reserved flag bits is corrupt, as zlib says (ISA-L,
+    which inflates the rest, would read it)."""
+    data, offsets = build(True)
+    path = tmp_path / "flags.warc.gz"
+    path.write_bytes(data[:offsets[1] + 3] + bytes([data[offsets[1] + 3] | 0x20])
+                     + data[offsets[1] + 4:])
+    with pytest.raises(InputError, match=re.escape(
+            f"{path}: gzip member at byte {offsets[1]}: corrupt gzip data (Error -3 while "
+            f"decompressing data: unknown header flags set)")):
+        read_all(path, "fail")
 
 
 @pytest.mark.parametrize("policy", ["skip", "fail"])
