@@ -101,12 +101,9 @@ def test_a_run_from_gcs_to_gcs_equals_a_local_run_and_resumes_elsewhere(gcs, cli
                          for p in local.rglob("*") if p.is_file()})
     assert len(reference) == 14
 
-    path = tmp_path / "gcs.json"
-    path.write_text(json.dumps(spec(gcs, "gs://runs/whole", tmp_path / "a")))
-    r = subprocess.run([BIN, "run", str(path), "-w", "2", "--no-progress"], cwd=REPO,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "remote: gs://runs/whole" in r.stdout
+    res = gp.Pipeline(**spec(gcs, "gs://runs/whole", tmp_path / "a")).run(client=client,
+                                                                         progress=False)
+    assert res.stats["output"]["remote"] == "gs://runs/whole"
     fs = gcs.fs()
     remote = {k[len("runs/whole/"):]: fs.cat_file(k) for k in fs.find("runs/whole")}
     assert digests(remote) == reference
@@ -115,11 +112,13 @@ def test_a_run_from_gcs_to_gcs_equals_a_local_run_and_resumes_elsewhere(gcs, cli
     assert "report.html" in remote and "shards/manifest.json" in remote
     versions = {k: fs.info(f"runs/whole/{k}")["generation"] for k in remote}
 
-    # another machine: an empty staging directory; everything is taken from the bucket
+    # another machine, from the CLI: an empty staging directory; all is taken from the bucket
+    path = tmp_path / "gcs.json"
     path.write_text(json.dumps(spec(gcs, "gs://runs/whole", tmp_path / "b")))
     r = subprocess.run([BIN, "run", str(path), "-w", "1", "--no-progress"], cwd=REPO,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "remote: gs://runs/whole" in r.stdout
     run = json.loads(fs.cat_file("runs/whole/run.json"))
     assert [(s["name"], s["computed"]) for s in run["segments"]] == [
         ("00-length_filter", 0), ("01-exact_dedup", 0), ("02-tokenize", 0)]
