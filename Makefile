@@ -13,6 +13,9 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# gpupipe's bytecode once (an editable install has none), also where PYTHONDONTWRITEBYTECODE
+	@# is set: every process of a run (and of the suite) would compile the package again
+	@$(BIN)/python -m compileall -q gpupipe > /dev/null
 	@touch $@
 
 # The CPU kernels compiled ahead of time into gpupipe/kernels (about 1.5 min, once; again when a
