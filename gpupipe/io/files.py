@@ -97,10 +97,16 @@ def remote_error(url: str, e: BaseException, options: str = "input.storage_optio
     bucket = url.split("://", 1)[1].split("/", 1)[0] if "://" in url else ""
     kind = type(e).__name__
     text = str(e) or kind
+    gcs = url.startswith(("gs://", "gcs://"))
     if isinstance(e, PermissionError) or "AccessDenied" in text or "InvalidAccessKeyId" in text \
-            or "SignatureDoesNotMatch" in text or "NoCredentials" in kind:
-        why = (f"access denied to bucket {bucket!r} ({text}); check the credentials "
-               f"(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or {options})")
+            or "SignatureDoesNotMatch" in text or "NoCredentials" in kind or (gcs and (
+                text.startswith("Forbidden: ")   # gcsfs: 403 (401 is its HttpError's code)
+                or getattr(e, "code", None) == 401 or "GoogleAuthError" in kind
+                or "DefaultCredentialsError" in kind)):
+        where = ("GOOGLE_APPLICATION_CREDENTIALS, or the token of " if gcs else
+                 "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or ")
+        why = (f"access denied to bucket {bucket!r} ({text.splitlines()[0] if gcs else text}); "
+               f"check the credentials ({where}{options})")
     elif "NoSuchBucket" in text or (isinstance(e, FileNotFoundError) and (
             # (the bucket's own name may hold the word) GCS's JSON API path of a missing
             # bucket's listing or upload:

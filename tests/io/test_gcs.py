@@ -160,3 +160,19 @@ def test_the_words_of_a_missing_bucket():
     obj = "http://h/storage/v1/b/my-bucket/o/x.jsonl"
     assert str(remote_error("gs://my-bucket/x.jsonl", FileNotFoundError(obj))) == (
         f"gs://my-bucket/x.jsonl: not found ({obj})")
+
+
+def test_the_words_of_denied_access():
+    """gcsfs's exceptions for 403 and 401 (the emulator checks no credentials, so they are made
+    here, with gcsfs's own class for 401) name the bucket and where GCS credentials go."""
+    from gcsfs.retry import HttpError
+
+    from gpupipe.io.files import remote_error
+
+    forbidden = OSError("Forbidden: b/corpus/o\nanonymous caller does not have access")
+    assert str(remote_error("gs://corpus/x", forbidden)) == (
+        "gs://corpus/x: access denied to bucket 'corpus' (Forbidden: b/corpus/o); check the "
+        "credentials (GOOGLE_APPLICATION_CREDENTIALS, or the token of input.storage_options)")
+    unauthorized = HttpError({"code": 401, "message": "Invalid Credentials"})
+    assert "access denied to bucket 'corpus'" in str(
+        remote_error("gs://corpus/x", unauthorized, "output.storage_options", OutputError))
