@@ -717,6 +717,9 @@ def _configure_logging(verbose: bool) -> None:
     dask.config.set({"logging.distributed": "info" if verbose else "error"})
     if "distributed" in sys.modules:   # imported already (the warm server): set it directly
         logging.getLogger("distributed").setLevel(logging.INFO if verbose else logging.ERROR)
+    # gcsfs logs each request it gives up on with a traceback, then raises: the run's error
+    # names the URL and the cause once, without it
+    logging.getLogger("gcsfs").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
     log = logging.getLogger("gpupipe")

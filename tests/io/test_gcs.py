@@ -176,3 +176,17 @@ def test_the_words_of_denied_access():
     unauthorized = HttpError({"code": 401, "message": "Invalid Credentials"})
     assert "access denied to bucket 'corpus'" in str(
         remote_error("gs://corpus/x", unauthorized, "output.storage_options", OutputError))
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_cli_keeps_gcsfs_tracebacks_to_verbose_runs(verbose):
+    """gcsfs logs each request it gives up on with a traceback before it raises; the run's
+    error says it once (`remote_error`), so the CLI shows gcsfs's own log with -v only."""
+    code = ("import logging, sys\nfrom gpupipe.cli import _configure_logging\n"
+            f"_configure_logging({verbose})\n"
+            "try:\n    raise ConnectionRefusedError(111, 'Connect call failed')\n"
+            "except OSError as e:\n"
+            "    logging.getLogger('gcsfs.retry').exception('_request out of retries: %s', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    assert ("Traceback" in r.stderr and "out of retries" in r.stderr) == verbose, r.stderr
