@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import REPO
-
-SAMPLE = sorted((REPO / "data" / "sample").glob("*.jsonl.gz"))
-WARC = REPO / "data" / "web" / "docs-crawl.warc.gz"
+from tests.io.remote import fill_corpus
 
 
 @pytest.fixture(scope="session")
@@ -18,11 +15,7 @@ def s3(tmp_path_factory):
 
     server = S3Server(tmp_path_factory.mktemp("moto"))
     try:
-        fs = server.fs()
-        fs.mkdir("corpus")
-        for f in SAMPLE:
-            fs.put_file(str(f), f"corpus/sample/{f.name}")
-        fs.put_file(str(WARC), f"corpus/crawl/{WARC.name}")
+        fill_corpus(server.fs())
         yield server
     finally:
         server.stop()

@@ -6,7 +6,6 @@ another machine from the bucket alone; a missing bucket stops with the bucket na
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -21,13 +20,12 @@ from gpupipe.spec import InputSpec
 from gpupipe.stages import ExactDedup, LengthFilter, NormalizeText, Tokenize
 from tests.conftest import REPO
 from tests.io.gcs_server import available
+from tests.io.remote import SAMPLE, WARC, digests, fill_corpus, frames, local_files
 
 pytest.importorskip("gcsfs")
 pytestmark = [pytest.mark.xdist_group("gcs"), pytest.mark.skipif(
     not available(), reason="the GCS emulator is not installed (pip install -e '.[dev]')")]
 
-SAMPLE = sorted((REPO / "data" / "sample").glob("*.jsonl.gz"))
-WARC = REPO / "data" / "web" / "docs-crawl.warc.gz"
 BIN = os.path.join(os.path.dirname(sys.executable), "gpupipe")
 
 
@@ -37,20 +35,11 @@ def gcs(tmp_path_factory):
 
     server = GcsServer(tmp_path_factory.mktemp("gcs"))
     try:
-        fs = server.fs()
-        fs.mkdir("corpus")
-        fs.mkdir("runs")
-        for f in SAMPLE:
-            fs.put_file(str(f), f"corpus/sample/{f.name}")
-        fs.put_file(str(WARC), f"corpus/crawl/{WARC.name}")
+        fill_corpus(server.fs())
+        server.fs().mkdir("runs")
         yield server
     finally:
         server.stop()
-
-
-def frames(spec: InputSpec):
-    src = make_source(spec)
-    return [src.read(i) for i in range(src.npartitions)], src
 
 
 def test_jsonl_and_warc_from_gcs_equal_local(gcs):
@@ -84,12 +73,6 @@ def spec(gcs, out: str, staging) -> dict:
                        "storage_options": gcs.options()}}
 
 
-def digests(files: dict[str, bytes]) -> dict[str, str]:
-    keep = (".parquet", ".bin", ".idx", ".npy")
-    return {rel: hashlib.sha256(b).hexdigest() for rel, b in sorted(files.items())
-            if rel.split("/", 1)[0] in ("data", "shards", "dedup") and rel.endswith(keep)}
-
-
 def test_a_run_from_gcs_to_gcs_equals_a_local_run_and_resumes_elsewhere(gcs, client, tmp_path):
     local = tmp_path / "local"
     gp.Pipeline(input={"path": str(REPO / "data" / "sample" / "*.jsonl.gz"), "id_column": "id"},
@@ -97,8 +80,7 @@ def test_a_run_from_gcs_to_gcs_equals_a_local_run_and_resumes_elsewhere(gcs, cli
                         Tokenize(tokenizer="data/tokenizer.json")],
                 output={"path": str(local), "shards": {"num_shards": 2}}).run(
         client=client, progress=False)
-    reference = digests({str(p.relative_to(local)): p.read_bytes()
-                         for p in local.rglob("*") if p.is_file()})
+    reference = digests(local_files(local))
     assert len(reference) == 14
 
     res = gp.Pipeline(**spec(gcs, "gs://runs/whole", tmp_path / "a")).run(client=client,

@@ -15,6 +15,7 @@ from gpupipe.runner.sources import make_source
 from gpupipe.spec import InputSpec
 from tests.conftest import REPO
 from tests.io.http_server import HttpServer
+from tests.io.remote import frames
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("requests")
@@ -30,11 +31,6 @@ def http(request):
         yield server
     finally:
         server.stop()
-
-
-def frames(spec: InputSpec):
-    src = make_source(spec)
-    return [src.read(i) for i in range(src.npartitions)], src
 
 
 def test_jsonl_listing_and_glob(http):

@@ -21,19 +21,13 @@ from gpupipe.runner.sources import make_source
 from gpupipe.spec import InputSpec
 from gpupipe.stages import LengthFilter, NormalizeText, Tokenize
 from tests.conftest import REPO
+from tests.io.remote import SAMPLE, WARC, frames
 from tests.io.s3_server import available
 
 pytest.importorskip("s3fs")
 pytestmark = [pytest.mark.xdist_group("s3"), pytest.mark.skipif(
     not available(), reason="the S3 test server is not installed (make .venv-moto/.installed)")]
 
-SAMPLE = sorted((REPO / "data" / "sample").glob("*.jsonl.gz"))
-WARC = REPO / "data" / "web" / "docs-crawl.warc.gz"
-
-
-def frames(spec: InputSpec):
-    src = make_source(spec)
-    return [src.read(i) for i in range(src.npartitions)], src
 
 
 def test_jsonl_from_s3_equals_local(s3):

@@ -6,7 +6,6 @@ prefix and a foreign staging directory stop with clear errors and delete nothing
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -21,6 +20,7 @@ from gpupipe.errors import OutputError
 from gpupipe.io.mirror import RunMirror, rank
 from gpupipe.stages import ExactDedup, LengthFilter, NormalizeText, Tokenize
 from tests.conftest import REPO
+from tests.io.remote import digests, local_files
 from tests.io.s3_server import available
 
 pytest.importorskip("s3fs")
@@ -40,18 +40,6 @@ def spec(s3, out: str, staging, **output) -> dict:
             "output": {"path": out, "shards": {"num_shards": 2}, "staging": str(staging),
                        **({"storage_options": s3.options()} if out.startswith("s3://") else {}),
                        **output}}
-
-
-def digests(files: dict[str, bytes]) -> dict[str, str]:
-    """sha256 of the data, shards, audit and index files of a run (by relative path)."""
-    keep = (".parquet", ".bin", ".idx", ".npy")
-    return {rel: hashlib.sha256(b).hexdigest() for rel, b in sorted(files.items())
-            if rel.split("/", 1)[0] in ("data", "shards", "dedup") and rel.endswith(keep)}
-
-
-def local_files(root) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*")
-            if p.is_file() and not p.name.startswith(".")}
 
 
 def remote_files(s3, prefix: str) -> dict[str, bytes]:
