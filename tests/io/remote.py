@@ -4,6 +4,10 @@ every partition of a source read, and the digests of a run directory's data file
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import subprocess
+import sys
 
 from gpupipe.runner.sources import make_source
 from gpupipe.spec import InputSpec
@@ -33,6 +37,17 @@ def digests(files: dict[str, bytes]) -> dict[str, str]:
     keep = (".parquet", ".bin", ".idx", ".npy")
     return {rel: hashlib.sha256(b).hexdigest() for rel, b in sorted(files.items())
             if rel.split("/", 1)[0] in ("data", "shards", "dedup") and rel.endswith(keep)}
+
+
+def run_cli(spec: dict, path, url: str) -> None:
+    """``gpupipe run`` (one worker) of ``spec`` written to ``path``, whose run directory is on
+    ``url``: it succeeds and says where the remote copy is."""
+    path.write_text(json.dumps(spec))
+    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "gpupipe"), "run",
+                        str(path), "-w", "1", "--no-progress"], cwd=REPO, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"remote: {url}" in r.stdout
 
 
 def local_files(root) -> dict[str, bytes]:

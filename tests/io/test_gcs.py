@@ -7,7 +7,6 @@ another machine from the bucket alone; a missing bucket stops with the bucket na
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -20,14 +19,11 @@ from gpupipe.spec import InputSpec
 from gpupipe.stages import ExactDedup, LengthFilter, NormalizeText, Tokenize
 from tests.conftest import REPO
 from tests.io.gcs_server import available
-from tests.io.remote import SAMPLE, WARC, digests, fill_corpus, frames, local_files
+from tests.io.remote import SAMPLE, WARC, digests, fill_corpus, frames, local_files, run_cli
 
 pytest.importorskip("gcsfs")
 pytestmark = [pytest.mark.xdist_group("gcs"), pytest.mark.skipif(
     not available(), reason="the GCS emulator is not installed (pip install -e '.[dev]')")]
-
-BIN = os.path.join(os.path.dirname(sys.executable), "gpupipe")
-
 
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory):
@@ -95,12 +91,8 @@ def test_a_run_from_gcs_to_gcs_equals_a_local_run_and_resumes_elsewhere(gcs, cli
     versions = {k: fs.info(f"runs/whole/{k}")["generation"] for k in remote}
 
     # another machine, from the CLI: an empty staging directory; all is taken from the bucket
-    path = tmp_path / "gcs.json"
-    path.write_text(json.dumps(spec(gcs, "gs://runs/whole", tmp_path / "b")))
-    r = subprocess.run([BIN, "run", str(path), "-w", "1", "--no-progress"], cwd=REPO,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "remote: gs://runs/whole" in r.stdout
+    run_cli(spec(gcs, "gs://runs/whole", tmp_path / "b"), tmp_path / "gcs.json",
+            "gs://runs/whole")
     run = json.loads(fs.cat_file("runs/whole/run.json"))
     assert [(s["name"], s["computed"]) for s in run["segments"]] == [
         ("00-length_filter", 0), ("01-exact_dedup", 0), ("02-tokenize", 0)]

@@ -20,7 +20,7 @@ from gpupipe.errors import OutputError
 from gpupipe.io.mirror import RunMirror, rank
 from gpupipe.stages import ExactDedup, LengthFilter, NormalizeText, Tokenize
 from tests.conftest import REPO
-from tests.io.remote import digests, local_files
+from tests.io.remote import digests, local_files, run_cli
 from tests.io.s3_server import available
 
 pytest.importorskip("s3fs")
@@ -101,12 +101,8 @@ def test_killed_on_one_machine_resumed_on_another(s3, reference, tmp_path):
     done = [k for k in held if "/_done/" in k and k.startswith("checkpoints/00-")]
     assert len(done) == 5 and all(k.replace("_done/", "") + ".parquet" in held for k in done)
 
-    second = tmp_path / "second.json"
-    second.write_text(json.dumps(spec(s3, "s3://runs/killed", tmp_path / "b")))
-    r = subprocess.run([BIN, "run", str(second), "-w", "1", "--no-progress"], cwd=REPO,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "remote: s3://runs/killed" in r.stdout
+    run_cli(spec(s3, "s3://runs/killed", tmp_path / "b"), tmp_path / "second.json",
+            "s3://runs/killed")
     remote = remote_files(s3, "runs/killed")
     assert digests(remote) == reference
     run = json.loads(remote["run.json"])
