@@ -194,6 +194,37 @@ def test_changed_environment_or_spawn_asked_spawns(monkeypatch):
     assert start_method(spec) == "forkserver"
 
 
+def _faults_of_a_reused_block() -> int:
+    """Page faults while a 1 MiB block is allocated, filled and freed 64 times."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(64):
+        block = b"\x01" * (1 << 20)
+        del block
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def test_local_workers_reuse_freed_blocks_unless_the_allocator_is_set_otherwise(monkeypatch):
+    """glibc in gpupipe's local workers keeps blocks under 4 MiB on its heap (`MALLOC`):
+    a block freed and allocated again is not mapped anew, its 256 pages faulted in each time,
+    as under distributed's own ``MALLOC_TRIM_THRESHOLD_=65536``. A setting in the driver's
+    environment is the user's, and wins (the workers are then spawned with it)."""
+    from gpupipe.runner.cluster import connect, start_method
+    from gpupipe.spec import LocalClusterSpec
+
+    spec = LocalClusterSpec(workers=1)
+    assert start_method(spec) == "forkserver"
+    with connect(spec) as c:
+        [faults] = c.run(_faults_of_a_reused_block).values()
+    assert faults < 64 * 256 // 8
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+    assert start_method(spec) == "spawn"
+    with connect(spec) as c:
+        [faults] = c.run(_faults_of_a_reused_block).values()
+    assert faults >= 64 * 256 // 2
+
+
 def test_a_check_failing_while_the_cluster_starts_leaves_no_worker(tmp_path, small_corpus):
     """The cluster starts while the run is checked: a check that fails stops the run with its
     own error, and the workers started meanwhile are closed."""

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 
 from gpupipe.errors import BackendUnavailableError, ClusterError, GpupipeError, StageError
-from gpupipe.runner.forkserver import children_ignore_sigint
+from gpupipe.runner.forkserver import children_ignore_sigint, local_pre_spawn
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,9 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
         log.info("starting a local Dask cluster: %d worker(s) x %d thread(s), %s", n,
                  spec.threads_per_worker, method)
         try:
-            config = {"distributed.worker.multiprocessing-method": method}
+            config = {"distributed.worker.multiprocessing-method": method,
+                      "distributed.nanny.pre-spawn-environ": local_pre_spawn(
+                          dask.config.get("distributed.nanny.pre-spawn-environ") or {})}
             if method == "forkserver":   # a driver in the warm server: its umask and output
                 config["distributed.worker.preload"] = [
                     *(dask.config.get("distributed.worker.preload", None) or []),

@@ -11,8 +11,9 @@ notebook, the test suite) starts its workers at once.
 What a worker sees is what a spawned one would: the driver's working directory and
 ``sys.path`` (multiprocessing hands them to every child), and the same environment. The
 server's environment is the driver's as it was when the server started, plus distributed's
-``pre-spawn-environ`` (thread pools of one, ``PYTHONHASHSEED``), set before numpy is imported as
-distributed's nanny would. A variable the driver sets later reaches the workers through the
+``pre-spawn-environ`` (thread pools of one, ``PYTHONHASHSEED``) with glibc's allocator set as
+`MALLOC` says, set before numpy is imported as distributed's nanny would (`local_pre_spawn`: a
+spawned worker gets the same). A variable the driver sets later reaches the workers through the
 nanny (`worker_env`), unless a preloaded library reads it at import (`AT_IMPORT`: ``NUMBA_*``,
 ``OMP_*``, ...) or it was removed, or distributed is configured otherwise: then `usable` says
 no and the cluster spawns its workers as before (``cluster.start_method: spawn`` asks for that
@@ -38,10 +39,33 @@ PRELOAD = "gpupipe.runner.preload"
 VOLATILE = frozenset({"PYTEST_CURRENT_TEST", "COLUMNS", "LINES", "OLDPWD",
                       "__DASK_PARENT_PID"})  # the last set by distributed in the driver
 
-#: distributed.nanny.pre-spawn-environ as distributed 2026.7 ships it (`usable` compares it with
-#: the configuration in force when a cluster starts)
-PRE_SPAWN = {"MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-             "OPENBLAS_NUM_THREADS": "1"}
+#: distributed.nanny.pre-spawn-environ as distributed 2026.7 ships it
+DISTRIBUTED_PRE_SPAWN = {"MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1",
+                         "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+#: glibc's allocator in gpupipe's local workers, instead of distributed's
+#: ``MALLOC_TRIM_THRESHOLD_=65536``. Setting any of these turns off glibc's own adjustment, and
+#: that one alone leaves blocks from 128 kB up mapped and unmapped at each malloc and free: a
+#: page fault per 4 kB touched, every time (Resiliparse parses each page into such blocks:
+#: extraction ran 5-7% slower for it). Here blocks under 4 MiB come from the heap, and free
+#: memory past 4 MiB at its top still goes back to the system.
+MALLOC = {"MALLOC_TRIM_THRESHOLD_": "4194304", "MALLOC_MMAP_THRESHOLD_": "4194304"}
+
+#: the variables of the local workers' pre-spawn environment (`local_pre_spawn`)
+PRE_SPAWN = {**DISTRIBUTED_PRE_SPAWN, **MALLOC}
+
+
+def local_pre_spawn(config: dict) -> dict:
+    """The pre-spawn environment of gpupipe's local workers for distributed's configured one
+    (``distributed.nanny.pre-spawn-environ``): `MALLOC` in place of distributed's allocator
+    setting, unless the configuration sets the allocator otherwise (the user's, and it stays).
+    A variable in the driver's environment overrides each, as distributed's nanny does."""
+    malloc = {k: None if v is None else str(v) for k, v in config.items()
+              if k.startswith("MALLOC_")}
+    if malloc != {"MALLOC_TRIM_THRESHOLD_": DISTRIBUTED_PRE_SPAWN["MALLOC_TRIM_THRESHOLD_"]}:
+        return dict(config)
+    return {**{k: v for k, v in config.items() if k not in malloc}, **MALLOC}
+
 
 #: prefixes of variables that the libraries the server preloads (numba, numpy's BLAS, OpenMP,
 #: pyarrow, the allocator, the interpreter, the time zone, the ahead-of-time kernels) read when
@@ -124,7 +148,7 @@ def usable() -> str | None:
         return f"the environment changed since the forkserver started ({names})"
     # distributed's nanny exports these into this process when it starts a worker: they are
     # compared with what the server was given, not with the driver's environment at start
-    config = dask.config.get("distributed.nanny.pre-spawn-environ") or {}
+    config = local_pre_spawn(dask.config.get("distributed.nanny.pre-spawn-environ") or {})
     want = {k: os.environ.get(k, str(v)) for k, v in config.items() if v is not None}
     seed = os.environ.get("PYTHONHASHSEED")
     want["PYTHONHASHSEED"] = "6640" if seed in (None, "0") else seed
