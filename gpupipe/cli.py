@@ -63,6 +63,8 @@ def cmd_run(args) -> int:
     attach = {"min_workers": args.min_workers} if args.min_workers else {}
     if args.timeout:
         attach["timeout"] = args.timeout
+    if args.dedicated:
+        attach["dedicated"] = True
     if args.address:
         pipeline = pipeline.model_copy(update={"cluster": AddressClusterSpec(
             kind="address", address=args.address, **attach)})
@@ -70,7 +72,8 @@ def cmd_run(args) -> int:
         pipeline = pipeline.model_copy(update={"cluster": SchedulerFileClusterSpec(
             kind="scheduler_file", path=args.scheduler_file, **attach)})
     elif attach:
-        raise SpecError("--min-workers and --timeout need --address or --scheduler-file")
+        raise SpecError("--min-workers, --timeout and --dedicated need --address or "
+                        "--scheduler-file")
     result = pipeline.run(workers=args.workers, progress="log" if args.no_progress else None)
     print(result.table())
     acc = result.summary["accounting"]
@@ -568,6 +571,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="with --address/--scheduler-file: how long to wait for the scheduler "
                         "and the workers (default 30)")
+    p.add_argument("--dedicated", action="store_true",
+                   help="with --address/--scheduler-file: the cluster runs this pipeline only "
+                        "(a gpupipe slurm job's): its one-thread workers may end to stop a page "
+                        "past extract_html's timeout, and their nannies start new ones")
     p.add_argument("--no-progress", action="store_true", help="log lines instead of a live progress bar")
     p.set_defaults(func=cmd_run)
 

@@ -22,6 +22,7 @@ import shutil
 import sys
 
 from gpupipe.errors import SpecError
+from gpupipe.runner.forkserver import MALLOC
 
 #: Seconds the job's end waits for the workers' step (their nannies close with a 10 s timeout)
 #: and then the scheduler's to end after the scheduler was told to shut down; then SIGTERM,
@@ -192,9 +193,11 @@ def render(opts: SlurmOptions, name: str) -> str:
                   *([f"--rmm-pool-size={opts.rmm_pool_size}"] if opts.rmm_pool_size else []),
                   *opts.worker_flags]
         worker_res = [f"--gpus-per-node={opts.gpus_per_node}"]
+    # the job's CPU workers run its pipeline only: extract_html may end one past its timeout
     driver = ['"$PYTHON"', "-m", "gpupipe.cli", "run", _q(os.path.abspath(opts.pipeline)),
               '--scheduler-file="$SCHEDULER_FILE"', '--min-workers="$EXPECTED_WORKERS"',
               f"--timeout={opts.worker_timeout}", "--no-progress",
+              *(["--dedicated"] if opts.cpu else []),
               *(f"--set={_q(o)}" for o in opts.overrides)]
     in_container = bool(opts.container_image)
     needs = ("gpupipe", "distributed", *(() if opts.cpu else ("dask_cuda",)),
@@ -203,6 +206,9 @@ def render(opts: SlurmOptions, name: str) -> str:
     # UCX_TLS wins); on GPU nodes dask-cuda sets both
     ucx_cpu = [f'export {k}="${{{k}:-{v}}}"' for k, v in cpu_network_env(opts.protocol).items()
                ] if opts.cpu else []
+    # glibc's allocator in CPU workers as in gpupipe's local ones (the user's setting wins)
+    malloc_cpu = ["# glibc keeps blocks under 4 MiB on its heap, as in gpupipe's local workers",
+                  *(f'export {k}="${{{k}:-{v}}}"' for k, v in MALLOC.items())] if opts.cpu else []
     workdir = opts.workdir or "$PWD/.gpupipe-slurm/$SLURM_JOB_ID"
     kind = "dask worker (CPU)" if opts.cpu else "dask cuda worker (one process per GPU)"
 
@@ -266,6 +272,7 @@ def render(opts: SlurmOptions, name: str) -> str:
         f'echo "gpupipe: job $SLURM_JOB_ID, {opts.nodes} node(s), scheduler on $HEAD_NODE, '
         f'$EXPECTED_WORKERS worker(s) expected"',
         *ucx_cpu,
+        *malloc_cpu,
         "# a worker silent this long (its host down, its link cut) is dropped and its tasks",
         "# run elsewhere (distributed's default: 5 minutes)",
         "export DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL="

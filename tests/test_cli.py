@@ -119,3 +119,14 @@ def test_run_bad_input_policies(tmp_path, policy, code):
     else:
         assert "rejected malformed_json=1" in r.stdout
         assert "records in 2 = kept 1 + dropped 0 + rejected 1" in r.stdout
+
+
+def test_attach_options_without_a_cluster_to_attach_to(tmp_path):
+    """``--dedicated`` (like ``--min-workers`` and ``--timeout``) says something of a cluster
+    the run attaches to: without ``--address`` or ``--scheduler-file`` it is an error, before
+    anything runs."""
+    r = cli("run", "pipelines/quickstart.yaml", "--dedicated", "-o", str(tmp_path / "run"))
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == ("error: --min-workers, --timeout and --dedicated need --address or "
+                        "--scheduler-file\n")
+    assert not (tmp_path / "run").exists()

@@ -13,6 +13,7 @@ import pytest
 import gpupipe as gp
 from gpupipe.spec import AddressClusterSpec, SchedulerFileClusterSpec
 from gpupipe.stages import LengthFilter, NormalizeText
+from tests.cluster.common import scheduler_and_worker
 
 
 def make(inp, out, cluster):
@@ -31,21 +32,8 @@ def test_attach_by_address(client, tmp_path, small_corpus):
 
 def test_attach_by_scheduler_file_to_separate_processes(tmp_path, small_corpus):
     """`dask scheduler --scheduler-file` + `dask worker --scheduler-file`, as on a Slurm job."""
-    sched_file = tmp_path / "scheduler.json"
     bindir = os.path.dirname(sys.executable)
-    env = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
-    procs = [subprocess.Popen([os.path.join(bindir, "dask"), "scheduler", "--scheduler-file",
-                               str(sched_file), "--port", "0", "--dashboard-address", ":0"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    try:
-        deadline = time.time() + 60
-        while not sched_file.exists() and time.time() < deadline:
-            time.sleep(0.2)
-        assert sched_file.exists(), "dask scheduler did not start"
-        procs.append(subprocess.Popen(
-            [os.path.join(bindir, "dask"), "worker", "--scheduler-file", str(sched_file),
-             "--nworkers", "1", "--nthreads", "1", "--no-dashboard"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    with scheduler_and_worker(tmp_path) as sched_file:
         res = make(small_corpus, tmp_path / "o",
                    SchedulerFileClusterSpec(kind="scheduler_file", path=str(sched_file),
                                             timeout=60)).run(progress=False)
@@ -63,11 +51,6 @@ def test_attach_by_scheduler_file_to_separate_processes(tmp_path, small_corpus):
         assert summary["cluster"] == {**summary["cluster"], "kind": "scheduler_file",
                                       "workers": 1}
         assert (tmp_path / "cli" / "shards" / "manifest.json").exists()
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=30)
 
 
 def test_unreachable_scheduler_is_a_clear_error(tmp_path, small_corpus):

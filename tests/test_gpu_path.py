@@ -232,6 +232,7 @@ def test_slurm_gpu_script_content():
     assert f"run {os.path.abspath('pipelines/quickstart.yaml')} --scheduler-file=" in driver
     assert '--min-workers="$EXPECTED_WORKERS"' in driver and "--set=output.path=/lustre/run" in driver
     assert driver.startswith("srun ")  # in the container too
+    assert "--dedicated" not in driver and "MALLOC_" not in s   # dask-cuda's workers
     assert subprocess.run(["bash", "-n"], input=s, text=True).returncode == 0
 
 
@@ -243,6 +244,11 @@ def test_slurm_cpu_script_and_option_errors():
     lines = [ln for ln in s.splitlines() if " run " in ln and not ln.startswith("#")]
     # no container: the batch step is the driver, with the environment's own Python
     assert lines[0].startswith('"$PYTHON" -m gpupipe.cli run ')
+    # the job's workers run its pipeline only (extract_html may end one), and their allocator
+    # is set as in gpupipe's local workers, unless the job's environment sets it
+    assert " --no-progress --dedicated" in lines[0]
+    assert ('\nexport MALLOC_TRIM_THRESHOLD_="${MALLOC_TRIM_THRESHOLD_:-4194304}"\n'
+            'export MALLOC_MMAP_THRESHOLD_="${MALLOC_MMAP_THRESHOLD_:-4194304}"\n') in s
     assert "\nPYTHON=python3\n" in s   # SlurmOptions' default; the CLI resolves it
     assert "if ! \"$PYTHON\" -c 'import gpupipe, distributed' 2>/dev/null; then" in s
     assert "UCX_TLS" not in s and "--protocol=tcp" in s

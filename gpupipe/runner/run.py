@@ -224,8 +224,9 @@ def _run(pipeline, source, client, pending, backend, env, progress, t_start, sta
         summary = run_segments(pipeline, client, count_block_lines(client, source, bar),
                                segments, fps, out, bar, backend.name,
                                committed=mirror.push if mirror else None,
-                               own_workers=pending is not None
-                               and pipeline.cluster.kind == "local")
+                               own_workers=pending is not None and (
+                                   pipeline.cluster.kind == "local"
+                                   or getattr(pipeline.cluster, "dedicated", False)))
         if pipeline.sink_stage() is not None:
             summary["shards"] = run_shards(client, pipeline, out, fps[-1],
                                            summary["output"]["partitions"], bar, vers)

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 def run_segments(pipeline, client, source, segments: list[Segment], fps, out, bar,
                   backend: str = "pandas", committed=None, own_workers: bool = False) -> dict:
     """``committed()`` is called when each segment is (a run on object storage uploads it).
-    ``own_workers``: the cluster is the local one the run started (`expendable_for`)."""
+    ``own_workers``: the cluster is the local one the run started, or one said to be
+    ``dedicated`` to it (`expendable_for`)."""
     source_in = source
     upstream_changed = False
     seg_info = []
@@ -178,9 +179,9 @@ def ship(stages: list, directory: str) -> str:
 def expendable_for(client, backend: str, own_workers: bool) -> float:
     """`TaskPlace.expendable_for` of the tasks of a run: half the scheduler's worker-ttl (a
     page of extract_html may hold a worker silent that long), unlimited without one. 0 unless
-    the workers are the CPU cluster the run started (``own_workers``): a cluster the user gave
-    or attached to may hold other work, and a new CUDA worker is slow to start (and its GPU
-    memory may not be free yet)."""
+    the workers are the CPU cluster the run started, or one the pipeline says is ``dedicated``
+    to it (``own_workers``): another cluster the user gave or attached to may hold other work,
+    and a new CUDA worker is slow to start (and its GPU memory may not be free yet)."""
     if backend != "pandas" or not own_workers:
         return 0.0
     try:   # by value (a lambda): the scheduler need not import gpupipe

@@ -28,6 +28,7 @@ from gpupipe.spec import InputSpec
 from gpupipe.stages import ExtractHtml
 from gpupipe.stages.base import TASK, TaskPlace
 from gpupipe.stages.transforms import html_extract
+from tests.cluster.common import scheduler_and_worker
 from tests.conftest import REPO
 
 CRAWL = REPO / "data" / "web" / "docs-crawl.warc.gz"
@@ -437,15 +438,11 @@ def test_where_the_process_may_not_end_a_helper_extracts(htmls, tmp_path, own_he
         assert pooled() == {}
 
 
-def test_a_run_sets_aside_the_pages_that_ended_its_workers(htmls, tmp_path):
-    """``gpupipe run`` on its local cluster (one-thread workers under nannies), three files with
-    a slow page each: a slow page ends its worker, the nanny starts another, and the partition's
-    second attempt, in a helper process, sets the page aside (after two such partitions the
-    third may go to the helper at once); every other page is the library's text, each ended
-    attempt is said once, and the run directory keeps no mark. Finished partitions are not
-    computed again when a worker ends."""
+def slow_pages(tmp_path, htmls, files: int) -> None:
+    """``tmp_path/p.yaml``: extract_html (timeout `TIMEOUT`) over ``files`` files of three
+    pages, a slow one between two of ``htmls``, into ``tmp_path/run``."""
     inputs = []
-    for k in range(3):
+    for k in range(files):
         docs = [htmls[2 * k], SLOW, htmls[2 * k + 1]]
         (tmp_path / f"in-{k}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n"
                                                         for d in docs))
@@ -457,6 +454,16 @@ def test_a_run_sets_aside_the_pages_that_ended_its_workers(htmls, tmp_path):
         stages: [{{stage: extract_html, timeout: {TIMEOUT}}}]
         output: {{path: {tmp_path / "run"}}}
         """))
+
+
+def test_a_run_sets_aside_the_pages_that_ended_its_workers(htmls, tmp_path):
+    """``gpupipe run`` on its local cluster (one-thread workers under nannies), three files with
+    a slow page each: a slow page ends its worker, the nanny starts another, and the partition's
+    second attempt, in a helper process, sets the page aside (after two such partitions the
+    third may go to the helper at once); every other page is the library's text, each ended
+    attempt is said once, and the run directory keeps no mark. Finished partitions are not
+    computed again when a worker ends."""
+    slow_pages(tmp_path, htmls, 3)
     done = subprocess.run([sys.executable, "-m", "gpupipe.cli", "run", str(tmp_path / "p.yaml"),
                            "--workers", "2", "--no-progress"], capture_output=True, text=True,
                           timeout=300, cwd=REPO, env={**os.environ, "GPUPIPE_SERVER": "off"})
@@ -499,6 +506,38 @@ def test_a_run_sets_aside_the_pages_that_ended_its_workers(htmls, tmp_path):
     assert sorted(os.listdir(tmp_path / "run" / "data")) == [
         "_done", "_segment.json", "part-00000.parquet", "part-00001.parquet",
         "part-00002.parquet"]
+
+
+def test_a_dedicated_cluster_s_workers_end_on_a_slow_page_another_s_do_not(htmls, tmp_path):
+    """A scheduler and a worker of their own (``dask scheduler`` / ``dask worker``, one thread
+    under a nanny, as a ``gpupipe slurm`` CPU job starts them): with ``--dedicated`` a slow page
+    ends the worker, whose nanny starts another, and the next attempt sets the page aside;
+    without it, the cluster may hold other work, so a helper process sets the pages aside and
+    no worker ends. The same pages are kept either way."""
+    slow_pages(tmp_path, htmls, 2)
+    env = {**os.environ, "GPUPIPE_SERVER": "off"}
+    log = tmp_path / "worker.log"   # the worker says why it extracts in a helper
+    with scheduler_and_worker(tmp_path, log) as sched_file:
+        said = {}
+        for how in ("--dedicated", "--no-progress"):
+            out = tmp_path / f"run{how}"
+            done = subprocess.run(
+                [sys.executable, "-m", "gpupipe.cli", "run", str(tmp_path / "p.yaml"),
+                 "--scheduler-file", str(sched_file), "--timeout", "60", how, "--no-progress",
+                 "-o", str(out)], capture_output=True, text=True, timeout=300, cwd=REPO,
+                env=env)
+            assert done.returncode == 0, done.stderr
+            said[how] = re.findall(r"extract_html: the last attempt at (part-0000\d) ended "
+                                   r"with its worker", log.read_text())
+            run_json = json.loads((out / "run.json").read_text())
+            assert run_json["cluster"]["kind"] == "scheduler_file"
+            assert run_json["stages"][0]["drops"] == {"extract_timeout": 2}
+            for k in range(2):
+                kept = pd.read_parquet(out / "data" / f"part-0000{k}.parquet")
+                assert kept["text"].tolist() == [resiliparse_text(h)
+                                                 for h in htmls[2 * k:2 * k + 2]]
+        assert sorted(said["--dedicated"]) == ["part-00000", "part-00001"]
+        assert said["--no-progress"] == said["--dedicated"]   # nothing more
 
 
 # -- measures and parameters ----------------------------------------------------------------------

@@ -43,7 +43,8 @@ class ExtractHtml(Filter):
     on as ``extract_error``. With ``timeout`` (seconds per document) set, a page that takes
     longer is dropped as ``extract_timeout`` instead of holding its worker:
 
-    * In the workers of the local CPU cluster a run starts (one thread each, under a nanny),
+    * In the workers of the local CPU cluster a run starts, or of a cluster the pipeline says
+      is ``dedicated`` to it (a ``gpupipe slurm`` CPU job's), one thread each under a nanny,
       extraction runs in the worker, each page under a real-time timer, when the scheduler's
       worker-ttl is at least twice the timeout (a page holds its worker silent while it runs).
       A page past ``timeout`` ends the worker process; its nanny starts a new one, and the
@@ -51,7 +52,7 @@ class ExtractHtml(Filter):
       (``.attempts/``), runs in a helper process as below, where the page is set aside. After
       two partitions of a segment ended their workers so, its other partitions extract in the
       helper too.
-    * Elsewhere (a cluster the run attached to or was given, ``kind: cuda``, the cuDF backend,
+    * Elsewhere (another cluster the run attached to or was given, ``kind: cuda``, the cuDF backend,
       ``preview``, a stage called from Python), and for that second attempt, extraction runs
       in a helper process per thread: a page past the timeout, or one the helper dies on (out
       of memory), is set aside, the helper is killed, and a new one goes on with the next
@@ -119,7 +120,7 @@ class ExtractHtml(Filter):
     def explain_notes(self) -> list[str]:
         where = ("in the worker, no time limit" if self.timeout is None else
                  f"{self.timeout:g} s per document: in the workers of the run's own local "
-                 f"CPU cluster, else in a helper process per worker thread")
+                 f"CPU cluster or a dedicated one, else in a helper process per worker thread")
         return [f"{self.extractor} {self.options()}, {where}"]
 
     def _extract(self, df) -> list[tuple[str | None, str | None]]:
