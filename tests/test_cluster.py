@@ -53,6 +53,29 @@ def test_attach_by_scheduler_file_to_separate_processes(tmp_path, small_corpus):
         assert (tmp_path / "cli" / "shards" / "manifest.json").exists()
 
 
+def test_workers_in_another_directory_are_said_to_be(tmp_path, small_corpus):
+    """Workers started in another directory than the driver's find the pipeline's relative
+    paths from theirs: the run says so, once, before it starts (with absolute paths it runs)."""
+    (tmp_path / "elsewhere").mkdir()
+    with scheduler_and_worker(tmp_path, cwd=tmp_path / "elsewhere") as sched_file:
+        cli = subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), "gpupipe"), "run",
+             "pipelines/quickstart.yaml", "--scheduler-file", str(sched_file), "--timeout",
+             "60", "-o", str(tmp_path / "out"), "--no-progress",
+             "--set", f"input.path={small_corpus}", "--set", "input.id_column=null",
+             "--set", f"tokenize.tokenizer={os.path.abspath('data/tokenizer.json')}"],
+            capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    said = [ln for ln in cli.stderr.splitlines() if "the workers run in" in ln]
+    assert len(said) == 1, cli.stderr
+    assert said[0].endswith(
+        f"WARNING the workers run in {tmp_path / 'elsewhere'}, this driver in {os.getcwd()}: "
+        f"relative paths of the pipeline (input.path, output.path, the files stages read) are "
+        f"found from the workers' directory; give absolute paths, or start the workers in "
+        f"{os.getcwd()}")
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["status"] == "complete"
+
+
 def test_unreachable_scheduler_is_a_clear_error(tmp_path, small_corpus):
     spec = AddressClusterSpec(kind="address", address="tcp://127.0.0.1:9", timeout=2)
     with pytest.raises(gp.ClusterError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):

@@ -294,6 +294,12 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
                     f"the scheduler at {where} has {have} of the {want} worker(s) needed after "
                     f"{spec.timeout:.0f}s — start `dask worker` / `dask cuda worker` "
                     f"processes (cluster.min_workers, cluster.timeout)") from e
+        elsewhere = sorted({d for d in client.run(os.getcwd).values() if d != os.getcwd()})
+        if elsewhere:
+            log.warning("the workers run in %s, this driver in %s: relative paths of the "
+                        "pipeline (input.path, output.path, the files stages read) are found "
+                        "from the workers' directory; give absolute paths, or start the "
+                        "workers in %s", ", ".join(elsewhere), os.getcwd(), os.getcwd())
         if env:
             client.run(apply_kvikio_settings, env)
         yield client

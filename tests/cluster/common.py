@@ -33,10 +33,12 @@ def run_files(root: Path, subdirs: tuple[str, ...]) -> dict[str, bytes]:
 
 
 @contextlib.contextmanager
-def scheduler_and_worker(directory: Path, worker_log: Path | None = None) -> Iterator[Path]:
+def scheduler_and_worker(directory: Path, worker_log: Path | None = None,
+                         cwd: Path | None = None) -> Iterator[Path]:
     """``dask scheduler --scheduler-file`` and ``dask worker --scheduler-file`` (one process of
     one thread, under its nanny), as a Slurm job starts them: the scheduler file, while they
-    run; both stopped by pid after. ``worker_log``: where the worker's output goes."""
+    run; both stopped by pid after. ``worker_log``: where the worker's output goes; ``cwd``:
+    the worker's working directory (default: this process's)."""
     bindir = os.path.dirname(sys.executable)
     sched_file = directory / "scheduler.json"
     env = {**os.environ, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error"}
@@ -52,7 +54,7 @@ def scheduler_and_worker(directory: Path, worker_log: Path | None = None) -> Ite
             procs.append(subprocess.Popen(
                 [os.path.join(bindir, "dask"), "worker", "--scheduler-file", str(sched_file),
                  "--nworkers", "1", "--nthreads", "1", "--no-dashboard"],
-                env=env, stdout=out, stderr=subprocess.STDOUT))
+                env=env, stdout=out, stderr=subprocess.STDOUT, cwd=cwd))
         yield sched_file
     finally:
         for p in reversed(procs):
