@@ -205,10 +205,10 @@ class AddressClusterSpec(BaseModel):
     min_workers: Annotated[int, Field(ge=1)] = Field(
         1, description="wait (up to timeout) until this many workers have joined")
     dedicated: bool = Field(
-        False, description="the cluster runs this pipeline only, as a `gpupipe slurm` job's "
-        "does: a one-thread worker under a nanny may then end itself to stop a page past "
-        "extract_html's timeout (the nanny starts another), instead of extracting every page "
-        "in a helper process, which costs about 20%")
+        False, description="the cluster runs this pipeline only, as a `gpupipe slurm` CPU "
+        "job's does: a one-thread CPU worker under a nanny may then end itself to stop a page "
+        "past extract_html's timeout (the nanny starts another), instead of extracting every "
+        "page in a helper process, which costs about 20%")
 
 
 class SchedulerFileClusterSpec(BaseModel):
@@ -221,10 +221,10 @@ class SchedulerFileClusterSpec(BaseModel):
     min_workers: Annotated[int, Field(ge=1)] = Field(
         1, description="wait (up to timeout) until this many workers have joined")
     dedicated: bool = Field(
-        False, description="the cluster runs this pipeline only, as a `gpupipe slurm` job's "
-        "does: a one-thread worker under a nanny may then end itself to stop a page past "
-        "extract_html's timeout (the nanny starts another), instead of extracting every page "
-        "in a helper process, which costs about 20%")
+        False, description="the cluster runs this pipeline only, as a `gpupipe slurm` CPU "
+        "job's does: a one-thread CPU worker under a nanny may then end itself to stop a page "
+        "past extract_html's timeout (the nanny starts another), instead of extracting every "
+        "page in a helper process, which costs about 20%")
 
 
 class KvikioSpec(BaseModel):

@@ -214,21 +214,42 @@ def _faults_of_a_reused_block() -> int:
 def test_local_workers_reuse_freed_blocks_unless_the_allocator_is_set_otherwise(monkeypatch):
     """glibc in gpupipe's local workers keeps blocks under 4 MiB on its heap (`MALLOC`):
     a block freed and allocated again is not mapped anew, its 256 pages faulted in each time,
-    as under distributed's own ``MALLOC_TRIM_THRESHOLD_=65536``. A setting in the driver's
-    environment is the user's, and wins (the workers are then spawned with it)."""
+    as under distributed's own ``MALLOC_TRIM_THRESHOLD_=65536``. That holds after a plain
+    distributed cluster left its setting in this process's environment, and gpupipe's leaves
+    the environment as it found it. A setting of the user's wins: in the environment (the
+    workers are then spawned with it), or in distributed's configuration."""
+    import dask
+    from distributed import Client, LocalCluster
+
     from gpupipe.runner.cluster import connect, start_method
     from gpupipe.spec import LocalClusterSpec
 
+    for k in [k for k in os.environ if k.startswith("MALLOC_")]:
+        monkeypatch.delenv(k)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as plain, Client(plain) as c:
+        [faults] = c.run(_faults_of_a_reused_block).values()
+    assert faults >= 64 * 256 // 2
+    left = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
+    assert left == {"MALLOC_TRIM_THRESHOLD_": "65536"}   # distributed's nanny left it
     spec = LocalClusterSpec(workers=1)
     assert start_method(spec) == "forkserver"
     with connect(spec) as c:
         [faults] = c.run(_faults_of_a_reused_block).values()
     assert faults < 64 * 256 // 8
-    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+    assert {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")} == left
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65537")
     assert start_method(spec) == "spawn"
     with connect(spec) as c:
         [faults] = c.run(_faults_of_a_reused_block).values()
     assert faults >= 64 * 256 // 2
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
+    assert start_method(spec) == "forkserver"
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        assert start_method(spec) == "spawn"   # unset: glibc adjusts by itself
+        with connect(spec) as c:
+            [faults] = c.run(_faults_of_a_reused_block).values()
+        assert faults < 64 * 256 // 8
 
 
 def test_a_check_failing_while_the_cluster_starts_leaves_no_worker(tmp_path, small_corpus):

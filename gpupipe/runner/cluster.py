@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 
 from gpupipe.errors import BackendUnavailableError, ClusterError, GpupipeError, StageError
-from gpupipe.runner.forkserver import children_ignore_sigint, local_pre_spawn
+from gpupipe.runner.forkserver import children_ignore_sigint, local_pre_spawn, malloc_set_aside
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
                 config["distributed.worker.preload"] = [
                     *(dask.config.get("distributed.worker.preload", None) or []),
                     INHERIT_PRELOAD]
-            with children_ignore_sigint(), dask.config.set(config):
+            with children_ignore_sigint(), dask.config.set(config), malloc_set_aside():
                 cluster = LocalCluster(
                     n_workers=n,
                     threads_per_worker=spec.threads_per_worker,

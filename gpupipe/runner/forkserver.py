@@ -50,21 +50,47 @@ DISTRIBUTED_PRE_SPAWN = {"MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "
 #: extraction ran 5-7% slower for it). Here blocks under 4 MiB come from the heap, and free
 #: memory past 4 MiB at its top still goes back to the system.
 MALLOC = {"MALLOC_TRIM_THRESHOLD_": "4194304", "MALLOC_MMAP_THRESHOLD_": "4194304"}
+_DISTRIBUTED_MALLOC = {k: v for k, v in DISTRIBUTED_PRE_SPAWN.items() if k.startswith("MALLOC_")}
 
 #: the variables of the local workers' pre-spawn environment (`local_pre_spawn`)
 PRE_SPAWN = {**DISTRIBUTED_PRE_SPAWN, **MALLOC}
 
 
+def allocator(config: dict) -> dict[str, str]:
+    """glibc's allocator variables for gpupipe's local workers, given distributed's configured
+    pre-spawn environment ``config``: the user's where there are any, else `MALLOC`. The user's
+    are the ``MALLOC_*`` entries of the configuration when they are not distributed's default
+    (each overridden by the environment, as distributed's nanny does; None unsets one), else
+    the ``MALLOC_*`` variables of the environment when they are neither distributed's default
+    (which its nanny leaves in the driver's environment) nor `MALLOC`."""
+    conf = {k: v for k, v in config.items() if k.startswith("MALLOC_")}
+    if {k: None if v is None else str(v) for k, v in conf.items()} != _DISTRIBUTED_MALLOC:
+        return {k: os.environ.get(k, str(v)) for k, v in conf.items() if v is not None}
+    env = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
+    return env if env and env not in (_DISTRIBUTED_MALLOC, MALLOC) else dict(MALLOC)
+
+
 def local_pre_spawn(config: dict) -> dict:
     """The pre-spawn environment of gpupipe's local workers for distributed's configured one
-    (``distributed.nanny.pre-spawn-environ``): `MALLOC` in place of distributed's allocator
-    setting, unless the configuration sets the allocator otherwise (the user's, and it stays).
-    A variable in the driver's environment overrides each, as distributed's nanny does."""
-    malloc = {k: None if v is None else str(v) for k, v in config.items()
-              if k.startswith("MALLOC_")}
-    if malloc != {"MALLOC_TRIM_THRESHOLD_": DISTRIBUTED_PRE_SPAWN["MALLOC_TRIM_THRESHOLD_"]}:
-        return dict(config)
-    return {**{k: v for k, v in config.items() if k not in malloc}, **MALLOC}
+    (``distributed.nanny.pre-spawn-environ``): its own, with `allocator`'s variables in place of
+    its ``MALLOC_*`` entries. Start the workers with `malloc_set_aside`."""
+    return {**{k: v for k, v in config.items() if not k.startswith("MALLOC_")},
+            **allocator(config)}
+
+
+@contextlib.contextmanager
+def malloc_set_aside():
+    """This process's ``MALLOC_*`` variables out of its environment while a local cluster
+    starts, and back as they were after. distributed's nanny would let them override the
+    configuration (`local_pre_spawn` has resolved them), and it writes the workers' values into
+    this environment, where whatever this process starts later would inherit them."""
+    saved = {k: os.environ.pop(k) for k in [k for k in os.environ if k.startswith("MALLOC_")]}
+    try:
+        yield
+    finally:
+        for k in [k for k in os.environ if k.startswith("MALLOC_")]:
+            del os.environ[k]
+        os.environ.update(saved)
 
 
 #: prefixes of variables that the libraries the server preloads (numba, numpy's BLAS, OpenMP,
@@ -98,7 +124,8 @@ def start() -> bool:
             return True
         if _server_running():
             return False
-        env = {k: os.environ.get(k, v) for k, v in PRE_SPAWN.items()}
+        env = {**{k: os.environ.get(k, v) for k, v in DISTRIBUTED_PRE_SPAWN.items()
+                  if not k.startswith("MALLOC_")}, **allocator(DISTRIBUTED_PRE_SPAWN)}
         if os.environ.get("PYTHONHASHSEED") in (None, "0"):  # as distributed's nanny does
             env["PYTHONHASHSEED"] = "6640"
         before = _environment()
@@ -149,10 +176,17 @@ def usable() -> str | None:
     # distributed's nanny exports these into this process when it starts a worker: they are
     # compared with what the server was given, not with the driver's environment at start
     config = local_pre_spawn(dask.config.get("distributed.nanny.pre-spawn-environ") or {})
-    want = {k: os.environ.get(k, str(v)) for k, v in config.items() if v is not None}
+    want = {k: v if k.startswith("MALLOC_") else os.environ.get(k, str(v))
+            for k, v in config.items() if v is not None}   # allocator() resolved MALLOC_*
     seed = os.environ.get("PYTHONHASHSEED")
     want["PYTHONHASHSEED"] = "6640" if seed in (None, "0") else seed
-    differ = sorted(k for k, v in want.items() if _server_env.get(k) != v)
+    differ = sorted({k for k, v in want.items() if _server_env.get(k) != v}
+                    # an allocator variable the workers would not get, or one of distributed's
+                    # that the configuration unsets (None), which a spawned worker would then
+                    # inherit from the driver
+                    | {k for k in _server_env if k.startswith("MALLOC_") and k not in want}
+                    | {k for k in DISTRIBUTED_PRE_SPAWN if k not in want and
+                       not k.startswith("MALLOC_") and _server_env.get(k) != os.environ.get(k)})
     if differ:
         return f"the workers' pre-spawn environment differs ({', '.join(differ)})"
     return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import threading
 import time
 
@@ -75,14 +76,16 @@ def source_counts(df) -> dict[str, int] | None:
 
 def worker_may_end() -> bool:
     """Whether this thread runs a task of a Dask worker that runs one task at a time and has a
-    nanny (which starts a new worker when this one ends)."""
+    nanny (which starts a new worker when this one ends), and is not dask-cuda's (a new one is
+    slow to start, and its GPU memory may not be free yet)."""
     try:
         from distributed import get_worker
 
         worker = get_worker()
     except (ImportError, ValueError):   # not in a Dask worker's task
         return False
-    return worker.nanny is not None and worker.state.nthreads == 1
+    return worker.nanny is not None and worker.state.nthreads == 1 and \
+        "dask_cuda" not in sys.modules
 
 
 #: the hidden directory of a row segment where its tasks' stages leave marks for the next
