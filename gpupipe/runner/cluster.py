@@ -294,7 +294,11 @@ def connect(spec, *, workers: int | None = None, env: dict[str, str] | None = No
                     f"the scheduler at {where} has {have} of the {want} worker(s) needed after "
                     f"{spec.timeout:.0f}s — start `dask worker` / `dask cuda worker` "
                     f"processes (cluster.min_workers, cluster.timeout)") from e
-        elsewhere = sorted({d for d in client.run(os.getcwd).values() if d != os.getcwd()})
+        try:
+            elsewhere = sorted({d for d in client.run(os.getcwd).values() if d != os.getcwd()})
+        except Exception as e:   # a worker that cannot answer fails the run's tasks, not this
+            log.debug("the workers' directories are unknown (%s: %s)", type(e).__name__, e)
+            elsewhere = []
         if elsewhere:
             log.warning("the workers run in %s, this driver in %s: relative paths of the "
                         "pipeline (input.path, output.path, the files stages read) are found "

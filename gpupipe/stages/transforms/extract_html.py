@@ -52,11 +52,11 @@ class ExtractHtml(Filter):
       (``.attempts/``), runs in a helper process as below, where the page is set aside. After
       two partitions of a segment ended their workers so, its other partitions extract in the
       helper too.
-    * Elsewhere (another cluster the run attached to or was given, ``kind: cuda``, the cuDF backend,
-      ``preview``, a stage called from Python), and for that second attempt, extraction runs
-      in a helper process per thread: a page past the timeout, or one the helper dies on (out
-      of memory), is set aside, the helper is killed, and a new one goes on with the next
-      page.
+    * Elsewhere (another cluster the run attached to or was given, ``kind: cuda``, the cuDF
+      backend, ``preview``, a stage called from Python), and for that second attempt,
+      extraction runs in a helper process per thread: a page past the timeout, or one the
+      helper dies on (out of memory), is set aside, the helper is killed, and a new one goes on
+      with the next page.
 
     Which pages time out depends on the machine's speed, so a run is reproducible only when
     none does (run.json counts them). ``timeout: null`` extracts in the worker itself, without
