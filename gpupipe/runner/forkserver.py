@@ -78,6 +78,18 @@ def local_pre_spawn(config: dict) -> dict:
             **allocator(config)}
 
 
+def _given(config: dict) -> dict[str, str]:
+    """What a local worker is given for distributed's configured pre-spawn environment
+    ``config``: `local_pre_spawn`'s variables, each overridden by the driver's environment as
+    distributed's nanny does (`allocator` has resolved the ``MALLOC_*`` ones); None unsets.
+    ``PYTHONHASHSEED`` is the nanny's fixed seed unless the environment sets one."""
+    given = {k: v if k.startswith("MALLOC_") else os.environ.get(k, str(v))
+             for k, v in local_pre_spawn(config).items() if v is not None}
+    seed = os.environ.get("PYTHONHASHSEED")
+    given["PYTHONHASHSEED"] = "6640" if seed in (None, "0") else seed
+    return given
+
+
 @contextlib.contextmanager
 def malloc_set_aside():
     """This process's ``MALLOC_*`` variables out of its environment while a local cluster
@@ -124,10 +136,7 @@ def start() -> bool:
             return True
         if _server_running():
             return False
-        env = {**{k: os.environ.get(k, v) for k, v in DISTRIBUTED_PRE_SPAWN.items()
-                  if not k.startswith("MALLOC_")}, **allocator(DISTRIBUTED_PRE_SPAWN)}
-        if os.environ.get("PYTHONHASHSEED") in (None, "0"):  # as distributed's nanny does
-            env["PYTHONHASHSEED"] = "6640"
+        env = _given(DISTRIBUTED_PRE_SPAWN)
         before = _environment()
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
@@ -175,11 +184,7 @@ def usable() -> str | None:
         return f"the environment changed since the forkserver started ({names})"
     # distributed's nanny exports these into this process when it starts a worker: they are
     # compared with what the server was given, not with the driver's environment at start
-    config = local_pre_spawn(dask.config.get("distributed.nanny.pre-spawn-environ") or {})
-    want = {k: v if k.startswith("MALLOC_") else os.environ.get(k, str(v))
-            for k, v in config.items() if v is not None}   # allocator() resolved MALLOC_*
-    seed = os.environ.get("PYTHONHASHSEED")
-    want["PYTHONHASHSEED"] = "6640" if seed in (None, "0") else seed
+    want = _given(dask.config.get("distributed.nanny.pre-spawn-environ") or {})
     differ = sorted({k for k, v in want.items() if _server_env.get(k) != v}
                     # an allocator variable the workers would not get, or one of distributed's
                     # that the configuration unsets (None), which a spawned worker would then
